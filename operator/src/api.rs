@@ -1,0 +1,352 @@
+//! The `LokiStack` API (`loki.grafana.com/v1`), compatible with the Go Loki Operator for
+//! the fields this operator supports.
+//!
+//! Doc comments become the CRD's field descriptions. Static rules live here as OpenAPI
+//! constraints and CEL rules (SPEC.md section 1); [`crate::validate`] checks the same rules
+//! again in the reconciler, because API servers older than 1.25 ignore CEL.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A qualified label name: an optional DNS-subdomain prefix and `/`, then a name of at most
+/// 63 characters. The prefix length (253) is checked by the reconciler and by `maxLength`.
+pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// 253 for the prefix, 1 for the slash, 63 for the name.
+pub const QUALIFIED_NAME_MAX_LEN: usize = 317;
+pub const MAX_ZONE_ENTRIES: usize = 3;
+
+pub const RULE_REPLICATION_EXCLUSIVE: &str =
+    "!(has(self.replication) && has(self.replicationFactor))";
+pub const RULE_REPLICATION_EXCLUSIVE_MSG: &str =
+    "set replication.factor or the deprecated replicationFactor, not both";
+pub const RULE_UNIQUE_KEYS: &str =
+    "self.all(z, self.filter(y, y.topologyKey == z.topologyKey).size() == 1)";
+pub const RULE_UNIQUE_KEYS_MSG: &str = "each topologyKey may appear only once in zones";
+
+/// LokiStack is a Loki deployment: its size, its object storage and how it replicates.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "loki.grafana.com",
+    version = "v1",
+    kind = "LokiStack",
+    plural = "lokistacks",
+    doc = "LokiStack is a Grafana Loki deployment whose log streams can be replicated across availability zones.",
+    namespaced,
+    status = "LokiStackStatus",
+    printcolumn = r#"{"name":"Size","type":"string","jsonPath":".spec.size"}"#,
+    printcolumn = r#"{"name":"Replication factor","type":"integer","jsonPath":".status.replication.factor"}"#,
+    printcolumn = r#"{"name":"Zones","type":"string","jsonPath":".spec.replication.zones[*].topologyKey"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new(RULE_REPLICATION_EXCLUSIVE).message(RULE_REPLICATION_EXCLUSIVE_MSG))]
+#[serde(rename_all = "camelCase")]
+pub struct LokiStackSpec {
+    /// The t-shirt size of the deployment: replicas, resources and volume sizes per component.
+    pub size: LokiStackSize,
+
+    /// Object storage for chunks and index.
+    pub storage: ObjectStorageSpec,
+
+    /// StorageClass of the components' PersistentVolumeClaims; the cluster default when unset.
+    /// For zone-aware stacks use a class with `volumeBindingMode: WaitForFirstConsumer`, so
+    /// that each volume is created in the zone its pod was scheduled to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+
+    /// How log streams are replicated, and across which failure domains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSpec>,
+
+    /// Deprecated: use replication.factor. Copied into replication.factor when that is unset;
+    /// setting both is rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub replication_factor: Option<i32>,
+
+    /// The ruler, which evaluates recording and alerting rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<RulesSpec>,
+
+    /// Per-component overrides of replicas, node selector and tolerations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<LokiTemplateSpec>,
+
+    /// Managed: the operator reconciles the stack. Unmanaged: it writes nothing for it.
+    #[serde(default)]
+    pub management_state: ManagementState,
+}
+
+/// The t-shirt sizes of the Go Loki Operator.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LokiStackSize {
+    #[serde(rename = "1x.demo")]
+    Demo,
+    #[serde(rename = "1x.pico")]
+    Pico,
+    #[serde(rename = "1x.extra-small")]
+    ExtraSmall,
+    #[serde(rename = "1x.small")]
+    Small,
+    #[serde(rename = "1x.medium")]
+    Medium,
+}
+
+impl LokiStackSize {
+    pub const ALL: [LokiStackSize; 5] = [
+        LokiStackSize::Demo,
+        LokiStackSize::Pico,
+        LokiStackSize::ExtraSmall,
+        LokiStackSize::Small,
+        LokiStackSize::Medium,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LokiStackSize::Demo => "1x.demo",
+            LokiStackSize::Pico => "1x.pico",
+            LokiStackSize::ExtraSmall => "1x.extra-small",
+            LokiStackSize::Small => "1x.small",
+            LokiStackSize::Medium => "1x.medium",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ManagementState {
+    #[default]
+    Managed,
+    Unmanaged,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStorageSpec {
+    /// Schema periods of the index. Defaults to v13 from 2024-04-02.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schemas: Vec<ObjectStorageSchema>,
+
+    /// The Secret, in the stack's namespace, that holds the object storage credentials.
+    pub secret: ObjectStorageSecretSpec,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStorageSchema {
+    /// The schema version of this period.
+    pub version: ObjectStorageSchemaVersion,
+    /// The first day (UTC, YYYY-MM-DD) this schema applies to.
+    #[schemars(regex(pattern = r"^([0-9]{4,})([-]([0-9]{2})){2}$"))]
+    pub effective_date: String,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectStorageSchemaVersion {
+    V11,
+    V12,
+    V13,
+}
+
+impl ObjectStorageSchemaVersion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectStorageSchemaVersion::V11 => "v11",
+            ObjectStorageSchemaVersion::V12 => "v12",
+            ObjectStorageSchemaVersion::V13 => "v13",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStorageSecretSpec {
+    /// The kind of object storage; it decides which keys the Secret must hold.
+    #[serde(rename = "type")]
+    pub type_: ObjectStorageSecretType,
+    /// The name of the Secret in the stack's namespace.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum ObjectStorageSecretType {
+    S3,
+    Gcs,
+    Azure,
+    Swift,
+    Alibabacloud,
+}
+
+impl ObjectStorageSecretType {
+    pub const ALL: [ObjectStorageSecretType; 5] = [
+        ObjectStorageSecretType::S3,
+        ObjectStorageSecretType::Gcs,
+        ObjectStorageSecretType::Azure,
+        ObjectStorageSecretType::Swift,
+        ObjectStorageSecretType::Alibabacloud,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectStorageSecretType::S3 => "s3",
+            ObjectStorageSecretType::Gcs => "gcs",
+            ObjectStorageSecretType::Azure => "azure",
+            ObjectStorageSecretType::Swift => "swift",
+            ObjectStorageSecretType::Alibabacloud => "alibabacloud",
+        }
+    }
+}
+
+/// Replication of log streams.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationSpec {
+    /// How many ingesters receive a copy of each stream. Defaults to the size's factor.
+    /// With zones, each copy lands in a different zone, so the cluster needs at least this
+    /// many zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub factor: Option<i32>,
+
+    /// Node labels that define the failure domains. With zones set, every component is
+    /// spread across them and Loki places at most one copy of a stream per zone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3))]
+    #[x_kube(validation = Rule::new(RULE_UNIQUE_KEYS).message(RULE_UNIQUE_KEYS_MSG))]
+    pub zones: Vec<ZoneSpec>,
+}
+
+/// One failure-domain label.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneSpec {
+    /// The node label whose values are the failure domains, for example
+    /// `topology.kubernetes.io/zone`.
+    #[schemars(length(min = 1, max = 317), regex(pattern = QUALIFIED_NAME_PATTERN))]
+    pub topology_key: String,
+
+    /// The most pods of one component that one domain may hold above another.
+    #[serde(default = "default_max_skew")]
+    #[schemars(range(min = 1))]
+    pub max_skew: i32,
+}
+
+fn default_max_skew() -> i32 {
+    1
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RulesSpec {
+    /// Deploy the ruler.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// Per-component overrides.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LokiTemplateSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compactor: Option<LokiComponentSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributor: Option<LokiComponentSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingester: Option<LokiComponentSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub querier: Option<LokiComponentSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_frontend: Option<LokiComponentSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_gateway: Option<LokiComponentSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ruler: Option<LokiComponentSpec>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LokiComponentSpec {
+    /// Replicas of this component; the size's default when unset. The compactor always
+    /// runs one replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub replicas: Option<i32>,
+    /// Node labels the component's pods must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Taints the component's pods tolerate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+/// What the operator observed and did.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LokiStackStatus {
+    /// Ready, Pending, Failed, Degraded and Warning, each with a reason and a message that
+    /// says what to change.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Pod names by phase (Failed, Pending, Running, Ready), per component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub components: Option<LokiStackComponentStatus>,
+    /// The replication the cluster can give this stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationStatus>,
+    /// The generation of the spec that was last applied. It stays behind while the zone
+    /// check holds a new spec back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Pod phase (Failed, Pending, Running, Ready) to pod names.
+pub type PodStatusMap = BTreeMap<String, Vec<String>>;
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LokiStackComponentStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compactor: Option<PodStatusMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributor: Option<PodStatusMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingester: Option<PodStatusMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub querier: Option<PodStatusMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_frontend: Option<PodStatusMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_gateway: Option<PodStatusMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ruler: Option<PodStatusMap>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationStatus {
+    /// The replication factor in effect.
+    pub factor: i32,
+    /// The zones found on eligible nodes (topology label values joined with `_`).
+    #[serde(default)]
+    pub zones: Vec<String>,
+    /// Copies of a stream that must be written for a push to succeed: floor(factor/2)+1.
+    pub write_quorum: i32,
+    /// Zones that can be lost while writes still succeed; negative means writes fail even
+    /// with every zone up.
+    pub zone_failures_tolerated: i32,
+    /// Nodes not counted because they are not Ready, cordoned, tainted, outside the node
+    /// selector, or lack a topology label.
+    #[serde(default)]
+    pub ineligible_nodes: i32,
+    /// Zone-aware pods the operator could not give a zone, because their node lacks a
+    /// topology label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods_without_zone: Vec<String>,
+}

@@ -1,0 +1,194 @@
+//! The offline commands: `crd` and `render`. They share the pure pipeline with the
+//! controller (validate → zone check → render), so what `render` prints is what the
+//! controller would apply.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::CustomResourceExt;
+
+use crate::api::LokiStack;
+use crate::defaults::effective;
+use crate::names;
+use crate::render::{render, to_yaml_stream, ServerCapabilities, Settings};
+use crate::validate::validate;
+use crate::zones::{self, ZoneCheck};
+
+/// Exit code for input the user must fix.
+pub const EXIT_INVALID: i32 = 2;
+/// Exit code for a Degraded zone check: nothing is rendered, as the controller would hold back.
+pub const EXIT_DEGRADED: i32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{file}: {message}")]
+    Input { file: String, message: String },
+    #[error("{report}\nzone check is Degraded: nothing rendered (the operator would keep what runs and apply nothing)")]
+    Degraded { report: String },
+    #[error("render failed: {0}")]
+    Render(#[from] crate::render::RenderError),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Degraded { .. } => EXIT_DEGRADED,
+            CliError::Input { .. } | CliError::Render(_) => EXIT_INVALID,
+        }
+    }
+}
+
+/// The CRD as YAML, exactly as committed in `manifests/crd/`.
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(&LokiStack::crd())
+}
+
+fn input_err(file: &Path, message: impl Into<String>) -> CliError {
+    CliError::Input {
+        file: file.display().to_string(),
+        message: message.into(),
+    }
+}
+
+fn read(file: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(file).map_err(|e| input_err(file, format!("cannot read: {e}")))
+}
+
+/// Parses a LokiStack manifest, checking its apiVersion and kind.
+pub fn parse_stack(file: &Path, text: &str) -> Result<LokiStack, CliError> {
+    let value: serde_yaml::Value =
+        serde_yaml::from_str(text).map_err(|e| input_err(file, format!("not YAML: {e}")))?;
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let kind = value
+        .get("kind")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let want = format!("{}/{}", names::GROUP, names::VERSION);
+    if api_version != want || kind != names::KIND {
+        return Err(input_err(
+            file,
+            format!(
+                "expected apiVersion {want} and kind {}, got {api_version:?} and {kind:?}",
+                names::KIND
+            ),
+        ));
+    }
+    // Deserialising from the text (not the Value) makes serde_yaml name the failing
+    // field's path and line, e.g. `spec.size: unknown variant ... at line 6 column 9`.
+    serde_yaml::from_str(text).map_err(|e| input_err(file, e.to_string()))
+}
+
+/// Parses `kubectl get nodes -o yaml` output: a List/NodeList, a single Node, or a stream.
+pub fn parse_nodes(file: &Path, text: &str) -> Result<Vec<Node>, CliError> {
+    let mut nodes = Vec::new();
+    for (doc_index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)
+            .map_err(|e| input_err(file, format!("not YAML: {e}")))?;
+        if value.is_null() {
+            continue;
+        }
+        let kind = value
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        let items = match kind {
+            "List" | "NodeList" => value
+                .get("items")
+                .and_then(|v| v.as_sequence())
+                .cloned()
+                .unwrap_or_default(),
+            "Node" => vec![value],
+            other => return Err(input_err(
+                file,
+                format!(
+                    "document {doc_index}: expected a Node or a List of Nodes, got kind {other:?}"
+                ),
+            )),
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let node: Node = serde_yaml::from_value(item)
+                .map_err(|e| input_err(file, format!("document {doc_index}, item {i}: {e}")))?;
+            nodes.push(node);
+        }
+    }
+    Ok(nodes)
+}
+
+/// The zone check as `render --nodes` reports it on stderr.
+pub fn zone_report(check: &ZoneCheck) -> String {
+    let severity = if check.verdict.is_degraded() {
+        "Degraded"
+    } else if check.verdict == zones::ZoneVerdict::NoZoneFailureTolerance {
+        "Warning"
+    } else {
+        "Ok"
+    };
+    let zones: Vec<&str> = check.zones.iter().map(String::as_str).collect();
+    format!(
+        "zone check: {} ({severity})\n  topology keys: {}\n  zones found: {} ({})\n  replication factor: {}\n  write quorum: {}\n  zone failures tolerated: {}\n  ineligible nodes: {}\n  {}",
+        check.verdict.reason(),
+        check.keys.join(", "),
+        zones.len(),
+        if zones.is_empty() { "none".to_string() } else { zones.join(", ") },
+        check.factor,
+        check.write_quorum,
+        check.zone_failures_tolerated,
+        check.ineligible.len(),
+        check.message(),
+    )
+}
+
+pub struct RenderRequest {
+    pub stack_file: PathBuf,
+    pub nodes_file: Option<PathBuf>,
+    pub namespace: Option<String>,
+    pub settings: Settings,
+    pub capabilities: ServerCapabilities,
+}
+
+pub struct RenderOutput {
+    /// The YAML stream for stdout.
+    pub yaml: String,
+    /// The zone check report for stderr, when nodes were given.
+    pub report: Option<String>,
+}
+
+pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
+    let mut stack = parse_stack(&req.stack_file, &read(&req.stack_file)?)?;
+    if let Some(ns) = &req.namespace {
+        stack.metadata.namespace = Some(ns.clone());
+    }
+    if stack
+        .metadata
+        .name
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(input_err(&req.stack_file, "metadata.name: required"));
+    }
+    validate(&stack.spec).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
+    let eff = effective(&stack.spec);
+    let mut report = None;
+    if let Some(nodes_file) = &req.nodes_file {
+        let nodes = parse_nodes(nodes_file, &read(nodes_file)?)?;
+        if eff.zone_aware() {
+            let check = zones::check(&eff, &nodes);
+            let text = zone_report(&check);
+            if check.verdict.is_degraded() {
+                return Err(CliError::Degraded { report: text });
+            }
+            report = Some(text);
+        } else {
+            report =
+                Some("zone check: not zone-aware (spec.replication.zones is empty)".to_string());
+        }
+    }
+    let children = render(&stack, &eff, &req.settings, &req.capabilities)?;
+    let yaml = to_yaml_stream(&children)
+        .map_err(|e| input_err(&req.stack_file, format!("cannot serialise: {e}")))?;
+    Ok(RenderOutput { yaml, report })
+}

@@ -1,0 +1,80 @@
+//! Every name, label, annotation key and port the operator writes or reads.
+//!
+//! They match the Go Loki Operator (shared/REFERENCE.md) so that dashboards, alerts and
+//! runbooks written for it keep working after a stack moves to this operator.
+
+pub const GROUP: &str = "loki.grafana.com";
+pub const VERSION: &str = "v1";
+pub const KIND: &str = "LokiStack";
+pub const CRD_NAME: &str = "lokistacks.loki.grafana.com";
+
+/// The one field manager for every server-side apply the operator sends.
+pub const FIELD_MANAGER: &str = "loki-zone-operator";
+/// The reporting controller of Events and the holder prefix of the leader Lease.
+pub const CONTROLLER_NAME: &str = "loki-zone-operator";
+
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+pub const LABEL_NAME_VALUE: &str = "lokistack";
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const LABEL_CREATED_BY: &str = "app.kubernetes.io/created-by";
+pub const LABEL_CONTROLLER_VALUE: &str = "lokistack-controller";
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+pub const LABEL_GOSSIP: &str = "loki.grafana.com/gossip";
+
+/// Pods of a zone-aware stack carry this label (value [`LABEL_ZONE_AWARE_VALUE`]); the pod
+/// annotator watches only pods with it, so its memory does not grow with unrelated pods.
+pub const LABEL_ZONE_AWARE: &str = "loki.grafana.com/zone-aware";
+pub const LABEL_ZONE_AWARE_VALUE: &str = "enabled";
+/// The topology keys of a zone-aware pod, joined with [`ZONE_KEYS_SEPARATOR`].
+pub const ANNOTATION_ZONE_LABELS: &str = "loki.grafana.com/availability-zone-labels";
+pub const ZONE_KEYS_SEPARATOR: &str = ",";
+/// The pod's zone: its node's topology label values, in `zones` order, joined with
+/// [`ZONE_VALUES_SEPARATOR`]. Written once by the pod annotator, never rewritten.
+pub const ANNOTATION_ZONE: &str = "loki.grafana.com/availability-zone";
+pub const ZONE_VALUES_SEPARATOR: &str = "_";
+/// Hash of the rendered ConfigMap: a config change rolls the pods.
+pub const ANNOTATION_CONFIG_HASH: &str = "loki.grafana.com/config-hash";
+
+/// The environment variable Loki expands into `common.ring.instance_availability_zone`.
+pub const ENV_ZONE: &str = "INSTANCE_AVAILABILITY_ZONE";
+pub const INIT_CONTAINER_ZONE: &str = "az-annotation-check";
+pub const VOLUME_ZONE: &str = "az-annotation";
+pub const ZONE_MOUNT_DIR: &str = "/etc/az-annotation";
+pub const ZONE_FILE_NAME: &str = "az";
+
+pub const PORT_HTTP: i32 = 3100;
+pub const PORT_GRPC: i32 = 9095;
+pub const PORT_GOSSIP: i32 = 7946;
+pub const PORT_NAME_HTTP: &str = "metrics";
+pub const PORT_NAME_GRPC: &str = "grpclb";
+pub const PORT_NAME_GOSSIP: &str = "gossip-ring";
+
+pub const CONFIG_MOUNT_DIR: &str = "/etc/loki/config";
+pub const CONFIG_FILE: &str = "config.yaml";
+pub const RUNTIME_CONFIG_FILE: &str = "runtime-config.yaml";
+pub const VOLUME_CONFIG: &str = "config";
+pub const VOLUME_STORAGE_SECRET: &str = "storage";
+pub const STORAGE_SECRET_MOUNT_DIR: &str = "/etc/storage/secrets";
+pub const DATA_DIR: &str = "/tmp/loki";
+pub const WAL_DIR: &str = "/tmp/wal";
+pub const PVC_STORAGE: &str = "storage";
+pub const PVC_WAL: &str = "wal";
+
+pub fn config_map_name(stack: &str) -> String {
+    format!("{stack}-config")
+}
+
+pub fn gossip_service_name(stack: &str) -> String {
+    format!("{stack}-gossip-ring")
+}
+
+/// Loki pods run as ServiceAccount `<stack>`.
+pub fn service_account_name(stack: &str) -> String {
+    stack.to_string()
+}
+
+/// The path of the downward-API file the init container waits on.
+pub fn zone_file_path() -> String {
+    format!("{ZONE_MOUNT_DIR}/{ZONE_FILE_NAME}")
+}

@@ -1,0 +1,664 @@
+//! Render: a pure function of (the stack, the operator's settings, what was observed) to
+//! the typed Kubernetes objects of one stack.
+//!
+//! Objects come from the tera templates in `templates/`, embedded at build time. Each is
+//! rendered to YAML and parsed into its k8s-openapi type, so a template typo fails a unit
+//! test, and a test proves that parsing drops no field.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ObjectMeta;
+use kube::ResourceExt;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tera::Tera;
+
+use crate::api::{LokiStack, ObjectStorageSchemaVersion};
+use crate::defaults::{Component, EffectiveComponent, EffectiveStack, WorkloadKind};
+use crate::names;
+use crate::storage;
+
+/// Templates, embedded at build time: (name, source).
+const TEMPLATES: &[(&str, &str)] = &[
+    ("_macros.tera", include_str!("../../templates/_macros.tera")),
+    ("_zone.tera", include_str!("../../templates/_zone.tera")),
+    ("_pod.tera", include_str!("../../templates/_pod.tera")),
+    (
+        "configmap.yaml.tera",
+        include_str!("../../templates/configmap.yaml.tera"),
+    ),
+    (
+        "deployment.yaml.tera",
+        include_str!("../../templates/deployment.yaml.tera"),
+    ),
+    (
+        "statefulset.yaml.tera",
+        include_str!("../../templates/statefulset.yaml.tera"),
+    ),
+    (
+        "service.yaml.tera",
+        include_str!("../../templates/service.yaml.tera"),
+    ),
+    (
+        "pdb.yaml.tera",
+        include_str!("../../templates/pdb.yaml.tera"),
+    ),
+    (
+        "serviceaccount.yaml.tera",
+        include_str!("../../templates/serviceaccount.yaml.tera"),
+    ),
+    (
+        "loki-config.yaml.tera",
+        include_str!("../../templates/loki-config.yaml.tera"),
+    ),
+    (
+        "runtime-config.yaml.tera",
+        include_str!("../../templates/runtime-config.yaml.tera"),
+    ),
+];
+
+/// The default Loki image (REFERENCE.md).
+pub const DEFAULT_LOKI_IMAGE: &str = "docker.io/grafana/loki:3.7.3";
+/// The default operator image, which also serves the zone init container.
+pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(
+    "ghcr.io/loki-zone-operator/loki-zone-operator:v",
+    env!("CARGO_PKG_VERSION")
+);
+pub const DEFAULT_ZONE_WAIT_TIMEOUT: &str = "10m";
+
+/// The operator's own settings that shape what it renders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub loki_image: String,
+    /// The image of the `az-annotation-check` init container: the operator's own.
+    pub operator_image: String,
+    /// How long the init container waits for the zone annotation (e.g. `10m`).
+    pub zone_wait_timeout: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            loki_image: DEFAULT_LOKI_IMAGE.into(),
+            operator_image: DEFAULT_OPERATOR_IMAGE.into(),
+            zone_wait_timeout: DEFAULT_ZONE_WAIT_TIMEOUT.into(),
+        }
+    }
+}
+
+/// What the API server supports, from its version. The product targets Kubernetes 1.30+;
+/// older servers get the same objects without the fields they would reject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerCapabilities {
+    /// `matchLabelKeys` in spread constraints (beta, on by default, from 1.27): a rolling
+    /// Deployment spreads its new pods among themselves, not against the old ReplicaSet.
+    pub spread_match_label_keys: bool,
+    /// `nodeTaintsPolicy: Honor` (beta from 1.26): tainted nodes, such as those of a lost
+    /// zone, do not count as domains, so pods still schedule in the zones that remain.
+    pub spread_node_taints_policy: bool,
+    /// `policy/v1` PodDisruptionBudget (1.21+); older servers get `policy/v1beta1`.
+    pub pdb_v1: bool,
+}
+
+impl ServerCapabilities {
+    pub const MODERN: ServerCapabilities = ServerCapabilities {
+        spread_match_label_keys: true,
+        spread_node_taints_policy: true,
+        pdb_v1: true,
+    };
+
+    pub fn for_version(major: u32, minor: u32) -> ServerCapabilities {
+        let at_least = |m: u32| major > 1 || (major == 1 && minor >= m);
+        ServerCapabilities {
+            spread_match_label_keys: at_least(27),
+            spread_node_taints_policy: at_least(27),
+            pdb_v1: at_least(21),
+        }
+    }
+
+    /// Parses `1.20`, `1.27+` or `v1.30.2` style versions, as `--kube-version` or the
+    /// API server's `/version` give them.
+    pub fn parse(version: &str) -> Option<ServerCapabilities> {
+        let v = version.trim().trim_start_matches('v');
+        let mut parts = v.split('.');
+        let major = parts.next()?.trim_end_matches('+').parse().ok()?;
+        let minor_digits: String = parts
+            .next()?
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        Some(Self::for_version(major, minor_digits.parse().ok()?))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("embedded templates failed to load: {0}")]
+    Templates(String),
+    #[error("template {template} failed to render: {message}")]
+    Template {
+        template: &'static str,
+        message: String,
+    },
+    #[error("template {template} produced YAML that is not a valid {kind}: {source}\n{excerpt}")]
+    Parse {
+        template: &'static str,
+        kind: &'static str,
+        #[source]
+        source: serde_yaml::Error,
+        /// The rendered lines around the error, numbered.
+        excerpt: String,
+    },
+    #[error("stack has no name")]
+    NoName,
+}
+
+/// One rendered object of a stack.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Child {
+    ServiceAccount(ServiceAccount),
+    ConfigMap(ConfigMap),
+    Service(Service),
+    Deployment(Deployment),
+    StatefulSet(StatefulSet),
+    PodDisruptionBudget(PodDisruptionBudget),
+}
+
+impl Child {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Child::ServiceAccount(_) => "ServiceAccount",
+            Child::ConfigMap(_) => "ConfigMap",
+            Child::Service(_) => "Service",
+            Child::Deployment(_) => "Deployment",
+            Child::StatefulSet(_) => "StatefulSet",
+            Child::PodDisruptionBudget(_) => "PodDisruptionBudget",
+        }
+    }
+
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Child::ServiceAccount(o) => &o.metadata,
+            Child::ConfigMap(o) => &o.metadata,
+            Child::Service(o) => &o.metadata,
+            Child::Deployment(o) => &o.metadata,
+            Child::StatefulSet(o) => &o.metadata,
+            Child::PodDisruptionBudget(o) => &o.metadata,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.meta().name.as_deref().unwrap_or_default()
+    }
+
+    /// The object as JSON, with `apiVersion` and `kind`: what a server-side apply sends.
+    pub fn to_json(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            Child::ServiceAccount(o) => serde_json::to_value(o),
+            Child::ConfigMap(o) => serde_json::to_value(o),
+            Child::Service(o) => serde_json::to_value(o),
+            Child::Deployment(o) => serde_json::to_value(o),
+            Child::StatefulSet(o) => serde_json::to_value(o),
+            Child::PodDisruptionBudget(o) => serde_json::to_value(o),
+        }
+    }
+}
+
+fn engine() -> Result<&'static Tera, RenderError> {
+    static ENGINE: OnceLock<Result<Tera, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut tera = Tera::default();
+            tera.add_raw_templates(TEMPLATES.to_vec())
+                .map_err(|e| format!("{e:?}"))?;
+            Ok(tera)
+        })
+        .as_ref()
+        .map_err(|e| RenderError::Templates(e.clone()))
+}
+
+fn render_text(template: &'static str, ctx: &Value) -> Result<String, RenderError> {
+    let tera_err = |e: tera::Error| {
+        // tera nests the useful part of the message in its source chain.
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            message.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        RenderError::Template { template, message }
+    };
+    let context = tera::Context::from_value(ctx.clone()).map_err(tera_err)?;
+    engine()?.render(template, &context).map_err(tera_err)
+}
+
+/// One rendered template: YAML text not yet parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Document {
+    pub template: &'static str,
+    pub kind: &'static str,
+    pub text: String,
+}
+
+fn document(
+    template: &'static str,
+    kind: &'static str,
+    ctx: &Value,
+) -> Result<Document, RenderError> {
+    Ok(Document {
+        template,
+        kind,
+        text: render_text(template, ctx)?,
+    })
+}
+
+fn parse_as<T: DeserializeOwned>(doc: &Document) -> Result<T, RenderError> {
+    serde_yaml::from_str(&doc.text).map_err(|source| {
+        let line = source.location().map(|l| l.line()).unwrap_or(1);
+        let excerpt = doc
+            .text
+            .lines()
+            .enumerate()
+            .skip(line.saturating_sub(4))
+            .take(7)
+            .map(|(i, l)| format!("{:>4} | {l}", i + 1))
+            .collect::<Vec<_>>()
+            .join("\n");
+        RenderError::Parse {
+            template: doc.template,
+            kind: doc.kind,
+            source,
+            excerpt,
+        }
+    })
+}
+
+/// Parses a document into its k8s-openapi type.
+pub fn parse(doc: &Document) -> Result<Child, RenderError> {
+    Ok(match doc.kind {
+        "ServiceAccount" => Child::ServiceAccount(parse_as(doc)?),
+        "ConfigMap" => Child::ConfigMap(parse_as(doc)?),
+        "Service" => Child::Service(parse_as(doc)?),
+        "Deployment" => Child::Deployment(parse_as(doc)?),
+        "StatefulSet" => Child::StatefulSet(parse_as(doc)?),
+        "PodDisruptionBudget" => Child::PodDisruptionBudget(parse_as(doc)?),
+        other => {
+            return Err(RenderError::Template {
+                template: doc.template,
+                message: format!("unknown kind {other}"),
+            })
+        }
+    })
+}
+
+/// Labels on every object of a stack (REFERENCE.md "Labels").
+pub fn common_labels(stack: &str) -> BTreeMap<String, String> {
+    [
+        (names::LABEL_NAME, names::LABEL_NAME_VALUE),
+        (names::LABEL_INSTANCE, stack),
+        (names::LABEL_MANAGED_BY, names::LABEL_CONTROLLER_VALUE),
+        (names::LABEL_CREATED_BY, names::LABEL_CONTROLLER_VALUE),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+pub fn component_labels(stack: &str, c: Component) -> BTreeMap<String, String> {
+    let mut l = common_labels(stack);
+    l.insert(names::LABEL_COMPONENT.into(), c.name().into());
+    l
+}
+
+/// The spread constraint's selector: one component of one stack.
+pub fn spread_selector(stack: &str, c: Component) -> BTreeMap<String, String> {
+    [
+        (names::LABEL_COMPONENT.to_string(), c.name().to_string()),
+        (names::LABEL_INSTANCE.to_string(), stack.to_string()),
+    ]
+    .into()
+}
+
+fn svc_dns(stack: &LokiStack, service: &str, port: i32) -> String {
+    let ns = stack.namespace().unwrap_or_else(|| "default".into());
+    format!("{service}.{ns}.svc.cluster.local:{port}")
+}
+
+/// Per-size limits. These are our own conservative defaults; tenants override them in
+/// the runtime config.
+fn limits(eff: &EffectiveStack) -> Value {
+    use crate::api::LokiStackSize::*;
+    let (rate, burst, streams, concurrent, wal) = match eff.size {
+        Demo => (4, 6, 5000, 2, "512MB"),
+        Pico => (4, 6, 10000, 2, "1GB"),
+        ExtraSmall => (4, 6, 10000, 4, "2GB"),
+        Small => (10, 20, 25000, 4, "6GB"),
+        Medium => (10, 20, 50000, 8, "12GB"),
+    };
+    json!({
+        "ingestion_rate_mb": rate,
+        "ingestion_burst_size_mb": burst,
+        "max_global_streams_per_user": streams,
+        "querier_max_concurrent": concurrent,
+        "wal_replay_memory_ceiling": wal,
+    })
+}
+
+/// The Loki configuration (`config.yaml`) of a stack.
+pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, RenderError> {
+    let name = stack.metadata.name.as_deref().ok_or(RenderError::NoName)?;
+    let st = stack.spec.storage.secret.type_;
+    let fields: Vec<Value> = storage::fields(st)
+        .iter()
+        .map(|f| json!({"config_key": f.config_key, "expansion": format!("${{{}}}", storage::env_name(f))}))
+        .collect();
+    let schemas: Vec<Value> = eff
+        .schemas
+        .iter()
+        .map(|s| {
+            let store = match s.version {
+                ObjectStorageSchemaVersion::V13 => "tsdb",
+                _ => "boltdb-shipper",
+            };
+            json!({"from": s.effective_date, "store": store, "schema": s.version.as_str()})
+        })
+        .collect();
+    let boltdb = eff
+        .schemas
+        .iter()
+        .any(|s| s.version != ObjectStorageSchemaVersion::V13);
+    // Loki refuses structured metadata unless the newest period is a v13 TSDB schema.
+    let v13_last = eff
+        .schemas
+        .last()
+        .is_some_and(|s| s.version == ObjectStorageSchemaVersion::V13);
+    let ctx = json!({
+        "ports": {"http": names::PORT_HTTP, "grpc": names::PORT_GRPC, "gossip": names::PORT_GOSSIP},
+        "paths": {"data": names::DATA_DIR, "wal": names::WAL_DIR},
+        "replication_factor": eff.replication_factor,
+        "zone_expansion": eff.zone_aware().then(|| format!("${{{}}}", names::ENV_ZONE)),
+        "storage": {"block": storage::config_block(st), "backend": st.as_str(), "fields": fields},
+        "schemas": schemas,
+        "boltdb": boltdb,
+        "allow_structured_metadata": v13_last,
+        "ruler": eff.component(Component::Ruler).is_some(),
+        "limits": limits(eff),
+        "addresses": {
+            "compactor_grpc": svc_dns(stack, &Component::Compactor.grpc_service_name(name), names::PORT_GRPC),
+            "index_gateway_grpc": format!("dns:///{}", svc_dns(stack, &Component::IndexGateway.grpc_service_name(name), names::PORT_GRPC)),
+            "query_frontend_grpc": svc_dns(stack, &Component::QueryFrontend.grpc_service_name(name), names::PORT_GRPC),
+            "querier_http": svc_dns(stack, &Component::Querier.http_service_name(name), names::PORT_HTTP),
+            "gossip": svc_dns(stack, &names::gossip_service_name(name), names::PORT_GOSSIP),
+        },
+    });
+    render_text("loki-config.yaml.tera", &ctx)
+}
+
+/// SHA-256 over the ConfigMap's files, in key order: the pod annotation that rolls pods
+/// when the configuration changes.
+pub fn config_hash(files: &BTreeMap<String, String>) -> String {
+    let mut h = Sha256::new();
+    for (k, v) in files {
+        h.update(k.as_bytes());
+        h.update([0]);
+        h.update(v.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn stack_ctx(stack: &LokiStack) -> Value {
+    json!({
+        "name": stack.metadata.name,
+        "namespace": stack.namespace().unwrap_or_else(|| "default".into()),
+        // Without a uid (offline rendering) there is no owner reference.
+        "uid": stack.metadata.uid,
+    })
+}
+
+fn zone_ctx(
+    eff: &EffectiveStack,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+    kind: WorkloadKind,
+) -> Value {
+    if !eff.zone_aware() {
+        return Value::Null;
+    }
+    // A StatefulSet replaces pods in place and its pods follow their volumes' zones, so
+    // only Deployments need their rollout spread by pod-template-hash.
+    let match_label_keys = (caps.spread_match_label_keys && kind == WorkloadKind::Deployment)
+        .then(|| vec!["pod-template-hash"]);
+    json!({
+        "entries": eff.zones,
+        "keys_joined": eff.topology_keys().join(names::ZONE_KEYS_SEPARATOR),
+        "label": names::LABEL_ZONE_AWARE,
+        "label_value": names::LABEL_ZONE_AWARE_VALUE,
+        "keys_annotation": names::ANNOTATION_ZONE_LABELS,
+        "annotation": names::ANNOTATION_ZONE,
+        "field_path": format!("metadata.annotations['{}']", names::ANNOTATION_ZONE),
+        "env": names::ENV_ZONE,
+        "init_container": names::INIT_CONTAINER_ZONE,
+        "volume": names::VOLUME_ZONE,
+        "mount_dir": names::ZONE_MOUNT_DIR,
+        "file_name": names::ZONE_FILE_NAME,
+        "file": names::zone_file_path(),
+        "image": settings.operator_image,
+        "timeout": settings.zone_wait_timeout,
+        "match_label_keys": match_label_keys,
+        "node_taints_policy": caps.spread_node_taints_policy,
+    })
+}
+
+fn storage_env(stack: &LokiStack) -> Vec<Value> {
+    let secret = &stack.spec.storage.secret;
+    let mut env: Vec<Value> = storage::fields(secret.type_)
+        .iter()
+        .map(|f| json!({"name": storage::env_name(f), "secret": secret.name, "key": f.secret_key, "optional": !f.required}))
+        .collect();
+    if let Some(dir) = storage::secret_mount(secret.type_) {
+        env.push(json!({"name": storage::GCS_CREDENTIALS_ENV, "value": format!("{dir}/{}", storage::GCS_KEY_FILE)}));
+    }
+    env
+}
+
+fn workload(
+    stack: &LokiStack,
+    name: &str,
+    eff: &EffectiveStack,
+    c: &EffectiveComponent,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+    config_hash: &str,
+) -> Result<Document, RenderError> {
+    let comp = c.component;
+    let kind = comp.kind();
+    let mut pod_labels = component_labels(name, comp);
+    pod_labels.insert(names::LABEL_GOSSIP.into(), "true".into());
+    let ports = [
+        (names::PORT_NAME_HTTP, names::PORT_HTTP),
+        (names::PORT_NAME_GRPC, names::PORT_GRPC),
+        (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
+    ];
+    // StatefulSets keep data on claims; Deployments get an emptyDir at the same paths.
+    let (claims, empty_dirs) = match kind {
+        WorkloadKind::StatefulSet => (c.volumes.clone(), vec![]),
+        WorkloadKind::Deployment => (
+            vec![],
+            vec![crate::defaults::Volume {
+                name: names::PVC_STORAGE,
+                mount_path: names::DATA_DIR,
+                size: "",
+            }],
+        ),
+    };
+    let data_volumes: Vec<_> = claims.iter().chain(empty_dirs.iter()).collect();
+    let secret_volume = storage::secret_mount(stack.spec.storage.secret.type_).map(|dir| {
+        json!({"name": names::VOLUME_STORAGE_SECRET, "mount_path": dir, "secret": stack.spec.storage.secret.name})
+    });
+    let ctx = json!({
+        "stack": stack_ctx(stack),
+        "name": comp.workload_name(name),
+        "labels": component_labels(name, comp),
+        "selector": component_labels(name, comp),
+        "spread_selector": spread_selector(name, comp),
+        "pod_labels": pod_labels,
+        "replicas": c.replicas,
+        "grpc_service": comp.grpc_service_name(name),
+        "config_hash_annotation": names::ANNOTATION_CONFIG_HASH,
+        "config_hash": config_hash,
+        "service_account": names::service_account_name(name),
+        "node_selector": c.node_selector,
+        "tolerations": c.tolerations,
+        "zone": zone_ctx(eff, settings, caps, kind),
+        "container_name": format!("loki-{}", comp.name()),
+        "image": settings.loki_image,
+        "args": [
+            format!("-target={}", comp.name()),
+            format!("-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_FILE),
+            format!("-runtime-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::RUNTIME_CONFIG_FILE),
+            "-config.expand-env=true",
+        ],
+        "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p})).collect::<Vec<_>>(),
+        "http_port": names::PORT_HTTP,
+        "env": storage_env(stack),
+        "requests": c.requests,
+        "config_volume": names::VOLUME_CONFIG,
+        "config_mount_dir": names::CONFIG_MOUNT_DIR,
+        "config_map": names::config_map_name(name),
+        "data_volumes": data_volumes,
+        "empty_dirs": empty_dirs,
+        "claims": claims,
+        "storage_class": stack.spec.storage_class_name,
+        "secret_volume": secret_volume,
+    });
+    match kind {
+        WorkloadKind::Deployment => document("deployment.yaml.tera", "Deployment", &ctx),
+        WorkloadKind::StatefulSet => document("statefulset.yaml.tera", "StatefulSet", &ctx),
+    }
+}
+
+fn service(
+    stack: &LokiStack,
+    name: String,
+    labels: BTreeMap<String, String>,
+    selector: BTreeMap<String, String>,
+    port: (&str, i32),
+    headless: bool,
+    publish_not_ready: bool,
+) -> Result<Document, RenderError> {
+    let ctx = json!({
+        "stack": stack_ctx(stack),
+        "name": name,
+        "labels": labels,
+        "selector": selector,
+        "port": {"name": port.0, "port": port.1},
+        "headless": headless,
+        "publish_not_ready": publish_not_ready,
+    });
+    document("service.yaml.tera", "Service", &ctx)
+}
+
+/// Every object of one stack, typed, in apply order: ServiceAccount, ConfigMap, Services,
+/// then per component its workload and PDB.
+pub fn render(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+) -> Result<Vec<Child>, RenderError> {
+    documents(stack, eff, settings, caps)?
+        .iter()
+        .map(parse)
+        .collect()
+}
+
+/// The rendered templates of one stack, before parsing.
+pub fn documents(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+) -> Result<Vec<Document>, RenderError> {
+    let name = stack.metadata.name.clone().ok_or(RenderError::NoName)?;
+    let common = common_labels(&name);
+    let mut out = Vec::new();
+
+    let sa_ctx = json!({"stack": stack_ctx(stack), "name": names::service_account_name(&name), "labels": common});
+    out.push(document(
+        "serviceaccount.yaml.tera",
+        "ServiceAccount",
+        &sa_ctx,
+    )?);
+
+    let files: BTreeMap<String, String> = [
+        (names::CONFIG_FILE.to_string(), loki_config(stack, eff)?),
+        (
+            names::RUNTIME_CONFIG_FILE.to_string(),
+            render_text("runtime-config.yaml.tera", &json!({}))?,
+        ),
+    ]
+    .into();
+    let hash = config_hash(&files);
+    let cm_ctx = json!({"stack": stack_ctx(stack), "name": names::config_map_name(&name), "labels": common, "files": files});
+    out.push(document("configmap.yaml.tera", "ConfigMap", &cm_ctx)?);
+
+    let mut gossip_selector = BTreeMap::new();
+    gossip_selector.insert(names::LABEL_INSTANCE.to_string(), name.clone());
+    gossip_selector.insert(names::LABEL_GOSSIP.to_string(), "true".to_string());
+    // Ring members must find each other before they are Ready.
+    out.push(service(
+        stack,
+        names::gossip_service_name(&name),
+        common.clone(),
+        gossip_selector,
+        (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
+        true,
+        true,
+    )?);
+
+    for c in &eff.components {
+        let comp = c.component;
+        let labels = component_labels(&name, comp);
+        out.push(service(
+            stack,
+            comp.http_service_name(&name),
+            labels.clone(),
+            labels.clone(),
+            (names::PORT_NAME_HTTP, names::PORT_HTTP),
+            false,
+            false,
+        )?);
+        out.push(service(
+            stack,
+            comp.grpc_service_name(&name),
+            labels.clone(),
+            labels.clone(),
+            (names::PORT_NAME_GRPC, names::PORT_GRPC),
+            true,
+            false,
+        )?);
+        out.push(workload(stack, &name, eff, c, settings, caps, &hash)?);
+        let pdb_ctx = json!({"stack": stack_ctx(stack), "name": comp.workload_name(&name), "labels": labels, "selector": labels});
+        out.push(document("pdb.yaml.tera", "PodDisruptionBudget", &pdb_ctx)?);
+    }
+    Ok(out)
+}
+
+/// Serialises objects as one multi-document YAML stream (`kubectl apply -f -` accepts it).
+pub fn to_yaml_stream(children: &[Child]) -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for c in children {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(
+            &c.to_json()
+                .map_err(<serde_yaml::Error as serde::ser::Error>::custom)?,
+        )?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,80 @@
+//! Builders shared by the unit tests.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use kube::api::ObjectMeta;
+
+use crate::api::{
+    LokiStack, LokiStackSize, LokiStackSpec, ManagementState, ObjectStorageSecretSpec,
+    ObjectStorageSecretType, ObjectStorageSpec, ReplicationSpec, ZoneSpec,
+};
+
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+
+pub fn stack_spec(size: LokiStackSize) -> LokiStackSpec {
+    LokiStackSpec {
+        size,
+        storage: ObjectStorageSpec {
+            schemas: vec![],
+            secret: ObjectStorageSecretSpec {
+                type_: ObjectStorageSecretType::S3,
+                name: "loki-s3".into(),
+            },
+        },
+        storage_class_name: Some("standard".into()),
+        replication: None,
+        replication_factor: None,
+        rules: None,
+        template: None,
+        management_state: ManagementState::Managed,
+    }
+}
+
+pub fn zoned_spec(size: LokiStackSize, factor: i32, keys: &[&str]) -> LokiStackSpec {
+    let mut spec = stack_spec(size);
+    spec.replication = Some(ReplicationSpec {
+        factor: Some(factor),
+        zones: keys
+            .iter()
+            .map(|k| ZoneSpec {
+                topology_key: k.to_string(),
+                max_skew: 1,
+            })
+            .collect(),
+    });
+    spec
+}
+
+pub fn stack(name: &str, spec: LokiStackSpec) -> LokiStack {
+    let mut s = LokiStack::new(name, spec);
+    s.metadata.namespace = Some("logging".into());
+    s.metadata.uid = Some("6f1c1e0e-0000-4000-8000-000000000001".into());
+    s.metadata.generation = Some(1);
+    s
+}
+
+/// A Ready node with the given labels.
+pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}

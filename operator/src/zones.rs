@@ -1,0 +1,562 @@
+//! The zone arithmetic (SPEC.md sections 2-4): which nodes count, which zone string each
+//! gives, and what replication the stack gets from them. Pure functions of the nodes and
+//! the effective stack, so the controller, `render --nodes` and the tests share them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+
+use crate::defaults::{Component, EffectiveStack};
+use crate::names;
+
+/// How many node or pod names a message lists before it says "and N more".
+pub const NAMES_IN_MESSAGE: usize = 5;
+
+/// Why a node has no zone for a stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZoneLabelError {
+    Missing(String),
+    Empty(String),
+}
+
+impl fmt::Display for ZoneLabelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ZoneLabelError::Missing(k) => write!(f, "label {k} is missing"),
+            ZoneLabelError::Empty(k) => write!(f, "label {k} is empty"),
+        }
+    }
+}
+
+/// The zone Loki sees for a node: its values of `keys`, in that order, joined with `_`.
+/// The pod annotator writes exactly this string, and zones are counted by it.
+pub fn zone_of<'a>(
+    labels: Option<&BTreeMap<String, String>>,
+    keys: impl IntoIterator<Item = &'a str>,
+) -> Result<String, ZoneLabelError> {
+    let mut parts = Vec::new();
+    for key in keys {
+        match labels.and_then(|l| l.get(key)) {
+            None => return Err(ZoneLabelError::Missing(key.to_string())),
+            Some(v) if v.is_empty() => return Err(ZoneLabelError::Empty(key.to_string())),
+            Some(v) => parts.push(v.as_str()),
+        }
+    }
+    Ok(parts.join(names::ZONE_VALUES_SEPARATOR))
+}
+
+/// Why a node does not count as a zone member for a stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ineligible {
+    NotReady,
+    Cordoned,
+    Taint(String),
+    NodeSelector,
+    Label(ZoneLabelError),
+}
+
+impl fmt::Display for Ineligible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ineligible::NotReady => f.write_str("not Ready"),
+            Ineligible::Cordoned => f.write_str("cordoned"),
+            Ineligible::Taint(t) => write!(f, "taint {t} not tolerated"),
+            Ineligible::NodeSelector => f.write_str("outside the node selector"),
+            Ineligible::Label(e) => e.fmt(f),
+        }
+    }
+}
+
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Kubernetes' toleration matching (an empty key with `Exists` tolerates everything; an
+/// empty effect matches every effect; the operator defaults to `Equal`).
+pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = toleration.effect.as_deref() {
+        if !effect.is_empty() && effect != taint.effect {
+            return false;
+        }
+    }
+    let key = toleration.key.as_deref().unwrap_or("");
+    let exists = toleration.operator.as_deref() == Some("Exists");
+    if key.is_empty() {
+        return exists;
+    }
+    if key != taint.key {
+        return false;
+    }
+    exists || toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+}
+
+/// Whether pods with these tolerations and node selector can be scheduled on the node,
+/// the way the scheduler decides it; topology labels are checked separately.
+pub fn schedulable(
+    node: &Node,
+    node_selector: &BTreeMap<String, String>,
+    tolerations: &[Toleration],
+) -> Result<(), Ineligible> {
+    if !node_ready(node) {
+        return Err(Ineligible::NotReady);
+    }
+    let spec = node.spec.as_ref();
+    if spec.and_then(|s| s.unschedulable).unwrap_or(false) {
+        return Err(Ineligible::Cordoned);
+    }
+    for taint in spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]) {
+        let hard = taint.effect == "NoSchedule" || taint.effect == "NoExecute";
+        if hard && !tolerations.iter().any(|t| tolerates(t, taint)) {
+            return Err(Ineligible::Taint(format!("{}:{}", taint.key, taint.effect)));
+        }
+    }
+    let labels = node.metadata.labels.as_ref();
+    let selected = node_selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
+    if !selected {
+        return Err(Ineligible::NodeSelector);
+    }
+    Ok(())
+}
+
+/// The result of the zone check of one stack (SPEC.md section 3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ZoneVerdict {
+    /// Enough zones, and a zone can be lost without stopping writes.
+    Ok,
+    /// Enough zones, but losing any one stops writes for some streams (Warning).
+    NoZoneFailureTolerance,
+    /// No schedulable node carries every topology key with a value (Degraded).
+    ZoneLabelMissing,
+    /// A schedulable node carries a topology key with an empty value (Degraded).
+    ZoneLabelEmpty,
+    /// The replication factor exceeds the number of zones (Degraded).
+    ZonesInsufficient,
+}
+
+impl ZoneVerdict {
+    /// Degraded verdicts hold back the new spec; what runs is left alone.
+    pub fn is_degraded(&self) -> bool {
+        matches!(
+            self,
+            ZoneVerdict::ZoneLabelMissing
+                | ZoneVerdict::ZoneLabelEmpty
+                | ZoneVerdict::ZonesInsufficient
+        )
+    }
+
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ZoneVerdict::Ok => "ZonesSufficient",
+            ZoneVerdict::NoZoneFailureTolerance => "NoZoneFailureTolerance",
+            ZoneVerdict::ZoneLabelMissing => "ZoneLabelMissing",
+            ZoneVerdict::ZoneLabelEmpty => "ZoneLabelEmpty",
+            ZoneVerdict::ZonesInsufficient => "ZonesInsufficient",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneCheck {
+    pub keys: Vec<String>,
+    pub factor: i32,
+    /// Distinct zone strings over eligible nodes, sorted.
+    pub zones: BTreeSet<String>,
+    pub write_quorum: i32,
+    pub zone_failures_tolerated: i32,
+    /// Every node that does not count, with why, sorted by name.
+    pub ineligible: Vec<(String, Ineligible)>,
+    pub verdict: ZoneVerdict,
+}
+
+/// `floor(RF/2)+1`: copies that must be written for a push to succeed.
+pub fn write_quorum(factor: i32) -> i32 {
+    factor / 2 + 1
+}
+
+/// Loki keeps at most one copy of a stream per zone: with Z zones a stream has
+/// `min(RF, Z)` copies, and writes survive losing `min(RF, Z) - quorum` zones.
+pub fn zone_failures_tolerated(factor: i32, zones: usize) -> i32 {
+    let zones = i32::try_from(zones).unwrap_or(i32::MAX);
+    factor.min(zones) - write_quorum(factor)
+}
+
+/// Evaluates the zone check of a zone-aware stack against the nodes the operator sees.
+///
+/// Eligibility follows the ingester, the component whose replicas hold the copies of a
+/// stream: its node selector and tolerations decide which nodes can hold a copy.
+pub fn check<'a>(stack: &EffectiveStack, nodes: impl IntoIterator<Item = &'a Node>) -> ZoneCheck {
+    let keys: Vec<String> = stack.zones.iter().map(|z| z.topology_key.clone()).collect();
+    let (selector, tolerations) = stack
+        .component(Component::Ingester)
+        .map(|c| (c.node_selector.clone(), c.tolerations.clone()))
+        .unwrap_or_default();
+    let mut zones = BTreeSet::new();
+    let mut ineligible = Vec::new();
+    let mut empty_on_schedulable = false;
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if let Err(why) = schedulable(node, &selector, &tolerations) {
+            ineligible.push((name, why));
+            continue;
+        }
+        match zone_of(
+            node.metadata.labels.as_ref(),
+            keys.iter().map(String::as_str),
+        ) {
+            Ok(zone) => {
+                zones.insert(zone);
+            }
+            Err(e) => {
+                // A node without the key is never picked by the scheduler for a pod with a
+                // DoNotSchedule spread constraint, but a node with an empty value is: it
+                // forms a domain "" and its pods could never get a zone.
+                empty_on_schedulable |= matches!(e, ZoneLabelError::Empty(_));
+                ineligible.push((name, Ineligible::Label(e)));
+            }
+        }
+    }
+    ineligible.sort_by(|a, b| a.0.cmp(&b.0));
+    let factor = stack.replication_factor;
+    let tolerated = zone_failures_tolerated(factor, zones.len());
+    let verdict = if empty_on_schedulable {
+        ZoneVerdict::ZoneLabelEmpty
+    } else if zones.is_empty() {
+        ZoneVerdict::ZoneLabelMissing
+    } else if usize::try_from(factor).unwrap_or(0) > zones.len() {
+        ZoneVerdict::ZonesInsufficient
+    } else if tolerated < 1 {
+        ZoneVerdict::NoZoneFailureTolerance
+    } else {
+        ZoneVerdict::Ok
+    };
+    ZoneCheck {
+        keys,
+        factor,
+        zones,
+        write_quorum: write_quorum(factor),
+        zone_failures_tolerated: tolerated,
+        ineligible,
+        verdict,
+    }
+}
+
+/// "a, b, c and 4 more"
+pub fn name_list<S: AsRef<str>>(names: &[S]) -> String {
+    let shown: Vec<&str> = names
+        .iter()
+        .take(NAMES_IN_MESSAGE)
+        .map(AsRef::as_ref)
+        .collect();
+    let mut s = shown.join(", ");
+    if names.len() > NAMES_IN_MESSAGE {
+        s.push_str(&format!(" and {} more", names.len() - NAMES_IN_MESSAGE));
+    }
+    s
+}
+
+impl ZoneCheck {
+    fn nodes_where(&self, f: impl Fn(&Ineligible) -> bool) -> Vec<String> {
+        self.ineligible
+            .iter()
+            .filter(|(_, why)| f(why))
+            .map(|(n, why)| format!("{n} ({why})"))
+            .collect()
+    }
+
+    fn zone_list(&self) -> String {
+        if self.zones.is_empty() {
+            "none".to_string()
+        } else {
+            self.zones.iter().cloned().collect::<Vec<_>>().join(", ")
+        }
+    }
+
+    /// A message that says what is wrong and what to change.
+    pub fn message(&self) -> String {
+        let keys = self.keys.join(", ");
+        match self.verdict {
+            ZoneVerdict::ZoneLabelEmpty => {
+                let nodes = self.nodes_where(|w| matches!(w, Ineligible::Label(ZoneLabelError::Empty(_))));
+                format!(
+                    "schedulable nodes carry an empty value for topology key(s) {keys}: {}. \
+                     Pods scheduled there could never get a zone; give these nodes a value or \
+                     remove the label",
+                    name_list(&nodes)
+                )
+            }
+            ZoneVerdict::ZoneLabelMissing => {
+                let nodes = self.nodes_where(|_| true);
+                let seen = if nodes.is_empty() {
+                    "no nodes are visible".to_string()
+                } else {
+                    format!("ineligible nodes: {}", name_list(&nodes))
+                };
+                format!(
+                    "no schedulable node carries every topology key ({keys}) with a value; {seen}. \
+                     Label the nodes or change spec.replication.zones"
+                )
+            }
+            ZoneVerdict::ZonesInsufficient => format!(
+                "replication factor {} needs at least {} zones, but eligible nodes span {} ({}). \
+                 Add nodes in more zones or lower spec.replication.factor",
+                self.factor,
+                self.factor,
+                self.zones.len(),
+                self.zone_list()
+            ),
+            ZoneVerdict::NoZoneFailureTolerance => format!(
+                "{} zones ({}) hold {} copies of each stream with a write quorum of {}: losing one \
+                 zone stops writes for some streams. Use replication factor 3 across at least 3 zones",
+                self.zones.len(),
+                self.zone_list(),
+                self.factor.min(i32::try_from(self.zones.len()).unwrap_or(i32::MAX)),
+                self.write_quorum
+            ),
+            ZoneVerdict::Ok => format!(
+                "{} zones ({}), replication factor {}, write quorum {}: writes survive the loss of {} zone(s)",
+                self.zones.len(),
+                self.zone_list(),
+                self.factor,
+                self.write_quorum,
+                self.zone_failures_tolerated
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{LokiStackSize, ReplicationSpec, ZoneSpec};
+    use crate::defaults::effective;
+    use crate::testing::{node, stack_spec, ZONE};
+
+    fn stack(factor: i32, keys: &[&str]) -> EffectiveStack {
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(factor),
+            zones: keys
+                .iter()
+                .map(|k| ZoneSpec {
+                    topology_key: k.to_string(),
+                    max_skew: 1,
+                })
+                .collect(),
+        });
+        effective(&spec)
+    }
+
+    fn nodes_in(zones: &[&str]) -> Vec<Node> {
+        zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| node(&format!("n{i}"), &[(ZONE, z)]))
+            .collect()
+    }
+
+    #[test]
+    fn quorum_and_tolerance_over_rf_and_zones() {
+        // (RF, zones) -> (quorum, tolerated, verdict)
+        use ZoneVerdict::*;
+        let cases = [
+            (1, 1, 1, 0, NoZoneFailureTolerance),
+            (1, 3, 1, 0, NoZoneFailureTolerance),
+            (2, 1, 2, -1, ZonesInsufficient),
+            (2, 2, 2, 0, NoZoneFailureTolerance),
+            (2, 3, 2, 0, NoZoneFailureTolerance),
+            (2, 4, 2, 0, NoZoneFailureTolerance),
+            (3, 1, 2, -1, ZonesInsufficient),
+            (3, 2, 2, 0, ZonesInsufficient),
+            (3, 3, 2, 1, Ok),
+            (3, 4, 2, 1, Ok),
+        ];
+        let all = ["a", "b", "c", "d"];
+        for (rf, z, quorum, tolerated, verdict) in cases {
+            let c = check(&stack(rf, &[ZONE]), &nodes_in(&all[..z]));
+            assert_eq!(c.write_quorum, quorum, "RF {rf} zones {z}");
+            assert_eq!(c.zone_failures_tolerated, tolerated, "RF {rf} zones {z}");
+            assert_eq!(c.verdict, verdict, "RF {rf} zones {z}");
+            assert_eq!(c.zones.len(), z);
+        }
+    }
+
+    #[test]
+    fn insufficient_message_names_zones_and_factor() {
+        let c = check(&stack(3, &[ZONE]), &nodes_in(&["a", "b", "a"]));
+        assert_eq!(c.verdict, ZoneVerdict::ZonesInsufficient);
+        let m = c.message();
+        assert!(m.contains("replication factor 3"), "{m}");
+        assert!(m.contains("span 2 (a, b)"), "{m}");
+    }
+
+    #[test]
+    fn nodes_missing_the_key_are_ineligible_and_named() {
+        let mut nodes = nodes_in(&["a", "b"]);
+        nodes.push(node("bare", &[]));
+        let c = check(&stack(2, &[ZONE]), &nodes);
+        assert_eq!(c.zones.len(), 2);
+        assert_eq!(
+            c.ineligible,
+            vec![(
+                "bare".into(),
+                Ineligible::Label(ZoneLabelError::Missing(ZONE.into()))
+            )]
+        );
+        // Only nodes without any key: ZoneLabelMissing, with the nodes named.
+        let c = check(&stack(2, &[ZONE]), &[node("x", &[]), node("y", &[])]);
+        assert_eq!(c.verdict, ZoneVerdict::ZoneLabelMissing);
+        assert!(c
+            .message()
+            .contains("x (label topology.kubernetes.io/zone is missing)"));
+    }
+
+    #[test]
+    fn empty_value_on_a_schedulable_node_degrades_and_is_named() {
+        let mut nodes = nodes_in(&["a", "b", "c"]);
+        nodes.push(node("blank", &[(ZONE, "")]));
+        let c = check(&stack(2, &[ZONE]), &nodes);
+        assert_eq!(c.verdict, ZoneVerdict::ZoneLabelEmpty);
+        assert!(c
+            .message()
+            .contains("blank (label topology.kubernetes.io/zone is empty)"));
+        // The same node cordoned cannot receive pods: it no longer degrades the stack.
+        let last = nodes.last_mut().expect("node");
+        last.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        let c = check(&stack(2, &[ZONE]), &nodes);
+        assert_eq!(c.verdict, ZoneVerdict::NoZoneFailureTolerance);
+        assert_eq!(c.ineligible, vec![("blank".into(), Ineligible::Cordoned)]);
+    }
+
+    #[test]
+    fn not_ready_cordoned_and_tainted_nodes_do_not_count() {
+        let mut nodes = nodes_in(&["a", "b", "c", "d"]);
+        nodes[0].status = None;
+        nodes[1]
+            .spec
+            .get_or_insert_with(Default::default)
+            .unschedulable = Some(true);
+        nodes[2].spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
+            key: "node.kubernetes.io/unreachable".into(),
+            effect: "NoExecute".into(),
+            ..Default::default()
+        }]);
+        // A PreferNoSchedule taint does not keep pods away.
+        nodes[3].spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
+            key: "soft".into(),
+            effect: "PreferNoSchedule".into(),
+            ..Default::default()
+        }]);
+        let c = check(&stack(2, &[ZONE]), &nodes);
+        assert_eq!(c.zones.iter().collect::<Vec<_>>(), vec!["d"]);
+        assert_eq!(c.ineligible.len(), 3);
+        assert_eq!(c.verdict, ZoneVerdict::ZonesInsufficient);
+    }
+
+    #[test]
+    fn tolerated_taints_and_node_selector_follow_the_ingester() {
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(2),
+            zones: vec![ZoneSpec {
+                topology_key: ZONE.into(),
+                max_skew: 1,
+            }],
+        });
+        spec.template = Some(crate::api::LokiTemplateSpec {
+            ingester: Some(crate::api::LokiComponentSpec {
+                replicas: None,
+                node_selector: Some([("pool".to_string(), "loki".to_string())].into()),
+                tolerations: Some(vec![Toleration {
+                    key: Some("dedicated".into()),
+                    operator: Some("Equal".into()),
+                    value: Some("loki".into()),
+                    effect: Some("NoSchedule".into()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        });
+        let s = effective(&spec);
+        let mut a = node("a", &[(ZONE, "a"), ("pool", "loki")]);
+        a.spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
+            key: "dedicated".into(),
+            value: Some("loki".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        let b = node("b", &[(ZONE, "b"), ("pool", "loki")]);
+        let c_other_pool = node("c", &[(ZONE, "c")]);
+        let c = check(&s, &[a, b, c_other_pool]);
+        assert_eq!(c.zones.len(), 2);
+        assert_eq!(c.ineligible, vec![("c".into(), Ineligible::NodeSelector)]);
+    }
+
+    #[test]
+    fn toleration_matching_rules() {
+        let taint = Taint {
+            key: "k".into(),
+            value: Some("v".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let t = |key: Option<&str>, op: Option<&str>, value: Option<&str>, effect: Option<&str>| {
+            Toleration {
+                key: key.map(Into::into),
+                operator: op.map(Into::into),
+                value: value.map(Into::into),
+                effect: effect.map(Into::into),
+                ..Default::default()
+            }
+        };
+        assert!(tolerates(&t(None, Some("Exists"), None, None), &taint));
+        assert!(!tolerates(&t(None, None, None, None), &taint));
+        assert!(tolerates(&t(Some("k"), None, Some("v"), None), &taint));
+        assert!(!tolerates(&t(Some("k"), None, Some("w"), None), &taint));
+        assert!(tolerates(
+            &t(Some("k"), Some("Exists"), None, Some("NoSchedule")),
+            &taint
+        ));
+        assert!(!tolerates(
+            &t(Some("k"), Some("Exists"), None, Some("NoExecute")),
+            &taint
+        ));
+    }
+
+    #[test]
+    fn two_keys_join_in_zones_order_and_count_by_the_joined_string() {
+        const RACK: &str = "example.com/rack";
+        let keys = [ZONE, RACK];
+        // ("a_b", "c") and ("a", "b_c") both join to "a_b_c": Loki sees one zone.
+        let nodes = vec![
+            node("n1", &[(ZONE, "a_b"), (RACK, "c")]),
+            node("n2", &[(ZONE, "a"), (RACK, "b_c")]),
+            node("n3", &[(ZONE, "x"), (RACK, "1")]),
+        ];
+        let c = check(&stack(2, &keys), &nodes);
+        assert_eq!(c.zones.iter().collect::<Vec<_>>(), vec!["a_b_c", "x_1"]);
+        let labels: BTreeMap<String, String> = [
+            (RACK.to_string(), "r1".to_string()),
+            (ZONE.to_string(), "z1".to_string()),
+        ]
+        .into();
+        assert_eq!(zone_of(Some(&labels), [ZONE, RACK]).as_deref(), Ok("z1_r1"));
+        assert_eq!(zone_of(Some(&labels), [RACK, ZONE]).as_deref(), Ok("r1_z1"));
+        assert_eq!(
+            zone_of(Some(&labels), [ZONE, "other"]),
+            Err(ZoneLabelError::Missing("other".into()))
+        );
+    }
+
+    #[test]
+    fn name_list_truncates() {
+        let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
+        assert_eq!(name_list(&names), "n0, n1, n2, n3, n4 and 3 more");
+        assert_eq!(name_list(&names[..2]), "n0, n1");
+    }
+}

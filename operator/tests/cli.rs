@@ -1,0 +1,182 @@
+//! The binary's offline commands, as a user runs them: exit codes and messages.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loki-zone-operator"))
+}
+
+fn samples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/samples")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run loki-zone-operator")
+}
+
+#[test]
+fn render_zone_aware_sample_prints_zone_pieces_and_the_verdict() {
+    let stack = samples().join("lokistack-zone-aware.yaml");
+    let nodes = samples().join("nodes-three-zones.yaml");
+    let out = run(&[
+        "render",
+        "-f",
+        stack.to_str().unwrap(),
+        "--nodes",
+        nodes.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("zone check: NoZoneFailureTolerance (Warning)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("zones found: 3 (eu-west-1a, eu-west-1b, eu-west-1c)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("write quorum: 2"), "{stderr}");
+    assert!(stderr.contains("zone failures tolerated: 0"), "{stderr}");
+    let stdout = text(&out.stdout);
+    // Every document parses; 6 workloads each carry the init container.
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).expect("document"))
+        .collect();
+    let workloads: Vec<&serde_yaml::Value> = docs
+        .iter()
+        .filter(|d| matches!(d["kind"].as_str(), Some("StatefulSet" | "Deployment")))
+        .collect();
+    assert_eq!(workloads.len(), 6);
+    for w in workloads {
+        let init = &w["spec"]["template"]["spec"]["initContainers"][0];
+        assert_eq!(init["name"].as_str(), Some("az-annotation-check"));
+        assert_eq!(init["args"][0].as_str(), Some("wait-for-zone"));
+    }
+}
+
+#[test]
+fn render_holds_back_on_a_degraded_zone_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stack = dir.path().join("stack.yaml");
+    let src = std::fs::read_to_string(samples().join("lokistack-zone-aware.yaml")).expect("sample");
+    std::fs::write(&stack, src.replace("factor: 2", "factor: 4")).expect("write");
+    let nodes = samples().join("nodes-three-zones.yaml");
+    let out = run(&[
+        "render",
+        "-f",
+        stack.to_str().unwrap(),
+        "--nodes",
+        nodes.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing is rendered");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("ZonesInsufficient"), "{stderr}");
+    assert!(
+        stderr.contains("replication factor 4 needs at least 4 zones"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn render_rejects_invalid_input_naming_file_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        ("size: 1x.small", "size: 9x.huge", "spec.size"),
+        (
+            "maxSkew: 1",
+            "maxSkew: 0",
+            "spec.replication.zones[0].maxSkew",
+        ),
+        (
+            "  replication:\n",
+            "  replicationFactor: 2\n  replication:\n",
+            "spec.replicationFactor",
+        ),
+        (
+            "kind: LokiStack",
+            "kind: Deployment",
+            "expected apiVersion loki.grafana.com/v1 and kind LokiStack",
+        ),
+    ];
+    let src = std::fs::read_to_string(samples().join("lokistack-zone-aware.yaml")).expect("sample");
+    for (from, to, field) in cases {
+        let file = dir.path().join("bad.yaml");
+        std::fs::write(&file, src.replace(from, to)).expect("write");
+        let out = run(&["render", "-f", file.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{to}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(file.to_str().unwrap()),
+            "{to}: file not named: {stderr}"
+        );
+        assert!(stderr.contains(field), "{to}: {field} not named: {stderr}");
+    }
+    let out = run(&["render", "-f", "/nonexistent/stack.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("/nonexistent/stack.yaml: cannot read"));
+}
+
+#[test]
+fn crd_command_prints_the_committed_crd() {
+    let out = run(&["crd"]);
+    assert_eq!(out.status.code(), Some(0));
+    let committed =
+        std::fs::read_to_string(samples().join("../crd/loki.grafana.com_lokistacks.yaml"))
+            .expect("crd");
+    assert_eq!(text(&out.stdout), committed);
+}
+
+#[test]
+fn wait_for_zone_exits_zero_and_prints_the_zone_written_later() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("az");
+    std::fs::write(&file, "").expect("write");
+    let child = bin()
+        .args([
+            "wait-for-zone",
+            "--file",
+            file.to_str().unwrap(),
+            "--timeout",
+            "20s",
+            "--interval",
+            "50ms",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    std::fs::write(&file, "eu-west-1b").expect("write zone");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout).trim(), "eu-west-1b");
+}
+
+#[test]
+fn wait_for_zone_times_out_non_zero_naming_the_annotation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("az");
+    std::fs::write(&file, "").expect("write");
+    let out = run(&[
+        "wait-for-zone",
+        "--file",
+        file.to_str().unwrap(),
+        "--timeout",
+        "300ms",
+        "--interval",
+        "50ms",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("loki.grafana.com/availability-zone"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("timed out"), "{stderr}");
+}
