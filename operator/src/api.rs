@@ -339,8 +339,9 @@ pub struct ReplicationStatus {
     /// Copies of a stream that must be written for a push to succeed: floor(factor/2)+1.
     pub write_quorum: i32,
     /// Zones that can be lost while writes still succeed; negative means writes fail even
-    /// with every zone up.
-    pub zone_failures_tolerated: i32,
+    /// with every zone up. Unset when the stack is not zone-aware.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_failures_tolerated: Option<i32>,
     /// Nodes not counted because they are not Ready, cordoned, tainted, outside the node
     /// selector, or lack a topology label.
     #[serde(default)]

@@ -101,12 +101,14 @@ pub fn parse_nodes(file: &Path, text: &str) -> Result<Vec<Node>, CliError> {
                 .cloned()
                 .unwrap_or_default(),
             "Node" => vec![value],
-            other => return Err(input_err(
-                file,
-                format!(
+            other => {
+                return Err(input_err(
+                    file,
+                    format!(
                     "document {doc_index}: expected a Node or a List of Nodes, got kind {other:?}"
                 ),
-            )),
+                ))
+            }
         };
         for (i, item) in items.into_iter().enumerate() {
             let node: Node = serde_yaml::from_value(item)

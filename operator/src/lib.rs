@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod defaults;
 pub mod names;
 pub mod render;

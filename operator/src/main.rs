@@ -43,8 +43,42 @@ fn parse_timeout(s: &str) -> Result<String, String> {
     waitzone::parse_duration(s).map(|_| s.to_string())
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller and the pod zone annotator against the cluster of the current
+    /// kubeconfig (or the in-cluster service account).
+    Run {
+        #[command(flatten)]
+        images: ImageArgs,
+        /// Address of /healthz and /readyz.
+        #[arg(long, env = "HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+        health_addr: std::net::SocketAddr,
+        /// Address of /metrics (may equal --health-addr).
+        #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+        metrics_addr: std::net::SocketAddr,
+        /// How often an unchanged stack is looked at again (it writes nothing then).
+        #[arg(long, env = "RESYNC", default_value = "5m", value_parser = waitzone::parse_duration)]
+        resync: Duration,
+        /// Elect a leader on a Lease, so that several replicas are safe.
+        #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+        leader_elect: bool,
+        /// Namespace of the leader Lease (in-cluster: the operator's own).
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        lease_namespace: String,
+        #[arg(long, env = "LEASE_NAME", default_value = "loki-zone-operator")]
+        lease_name: String,
+        /// This replica's name in the Lease and in Events (in-cluster: the pod name).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
+        #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+        log_format: LogFormat,
+    },
     /// Print the LokiStack CustomResourceDefinition as YAML.
     Crd,
     /// Render every object of a LokiStack as a YAML stream for `kubectl apply -f -`.
@@ -84,9 +118,80 @@ fn parse_kube_version(s: &str) -> Result<ServerCapabilities, String> {
         .ok_or_else(|| format!("invalid Kubernetes version {s:?}: expected e.g. 1.30"))
 }
 
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn run_operator(cfg: loki_zone_operator::controller::RunConfig) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot connect to Kubernetes: {e}"))?;
+        loki_zone_operator::controller::run(client, cfg).await?;
+        Ok(())
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run {
+            images,
+            health_addr,
+            metrics_addr,
+            resync,
+            leader_elect,
+            lease_namespace,
+            lease_name,
+            identity,
+            log_format,
+        } => {
+            init_logging(log_format);
+            let identity = identity
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| {
+                    format!(
+                        "{}-{}",
+                        loki_zone_operator::names::CONTROLLER_NAME,
+                        std::process::id()
+                    )
+                });
+            let leader =
+                leader_elect.then(|| loki_zone_operator::controller::leader::LeaderConfig {
+                    namespace: lease_namespace,
+                    name: lease_name,
+                    identity: identity.clone(),
+                    lease_duration: Duration::from_secs(15),
+                    renew_every: Duration::from_secs(5),
+                    retry_every: Duration::from_secs(2),
+                });
+            let cfg = loki_zone_operator::controller::RunConfig {
+                settings: images.settings(),
+                resync,
+                health_addr,
+                metrics_addr,
+                leader,
+                identity,
+            };
+            match run_operator(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Crd => match cli::crd_yaml() {
             Ok(yaml) => {
                 print!("{yaml}");

@@ -1,4 +1,9 @@
-//! Support for the integration and end-to-end tests.
+//! Support for the integration and end-to-end tests: a local Kubernetes control plane,
+//! a node simulator, and the operator as a process.
+
+pub mod harness;
+pub mod nodesim;
+pub mod operator;
 
 use std::path::PathBuf;
 

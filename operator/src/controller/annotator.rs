@@ -1,0 +1,246 @@
+//! The pod zone annotator (SPEC.md section 4).
+//!
+//! It watches only pods labelled `loki.grafana.com/zone-aware=enabled` and reads nodes
+//! from the shared node cache, so its memory does not grow with unrelated pods. Once a
+//! pod is bound, it writes `loki.grafana.com/availability-zone` once, with a merge patch
+//! carrying the pod's resourceVersion: a pod that changed in between is looked at again
+//! rather than overwritten, and a zone already set is never rewritten. It runs apart from
+//! the stack reconcile, so pods of a Degraded stack, and pods created while the operator
+//! was down (listed at start), get their zone too.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::Semaphore;
+use tracing::{debug, info, warn};
+
+use crate::controller::metrics::Metrics;
+use crate::controller::observe::strip_pod;
+use crate::controller::podzone::{decide, node_name, PodZone};
+use crate::names;
+
+/// Patches in flight at once: enough to keep up with a StatefulSet scaled by hundreds,
+/// few enough not to flood the API server.
+const CONCURRENCY: usize = 32;
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+enum Outcome {
+    Written,
+    /// The pod changed since it was read (409): look again once the cache has the change.
+    Conflict,
+    /// The write failed for another reason; retried after a pause.
+    Failed,
+    Gone,
+}
+
+struct Annotator {
+    client: Client,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    permits: Arc<Semaphore>,
+    done: UnboundedSender<(ObjectRef<Pod>, Outcome)>,
+    /// Pods with a patch in flight, with the resourceVersion the patch is conditional on.
+    in_flight: HashMap<ObjectRef<Pod>, Option<String>>,
+    /// When each pod was first seen bound without a zone: the start of its latency.
+    bound_at: HashMap<ObjectRef<Pod>, Instant>,
+    /// (pod uid, reason) pairs already reported with an Event.
+    reported: HashSet<(String, String)>,
+}
+
+pub async fn run(
+    client: Client,
+    nodes: Store<Node>,
+    mut node_changes: UnboundedReceiver<String>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+) {
+    let (reader, writer) = reflector::store();
+    let selector = format!(
+        "{}={}",
+        names::LABEL_ZONE_AWARE,
+        names::LABEL_ZONE_AWARE_VALUE
+    );
+    let stream = watcher(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(&selector),
+    )
+    .default_backoff()
+    .modify(strip_pod)
+    .reflect(writer);
+    futures::pin_mut!(stream);
+    let (done, mut done_rx) = mpsc::unbounded_channel();
+    let mut a = Annotator {
+        client,
+        pods: reader,
+        nodes,
+        recorder,
+        metrics,
+        permits: Arc::new(Semaphore::new(CONCURRENCY)),
+        done,
+        in_flight: HashMap::new(),
+        bound_at: HashMap::new(),
+        reported: HashSet::new(),
+    };
+    info!("pod zone annotator started");
+    loop {
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => a.consider(&p).await,
+                Some(Ok(watcher::Event::Delete(p))) => a.forget(&p),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => warn!(error = %e, "pod watch error; retrying with backoff"),
+                None => break,
+            },
+            Some(node) = node_changes.recv() => {
+                // A node that appeared late, or whose labels were fixed: its waiting pods.
+                for p in a.pods.state_filter(|p| node_name(p) == Some(node.as_str())) {
+                    a.consider(&p).await;
+                }
+            }
+            Some((pod, outcome)) = done_rx.recv() => a.finished(pod, outcome).await,
+        }
+    }
+}
+
+impl Annotator {
+    fn forget(&mut self, pod: &Pod) {
+        let r = ObjectRef::from_obj(pod);
+        self.bound_at.remove(&r);
+        let uid = pod.uid().unwrap_or_default();
+        self.reported.retain(|(u, _)| *u != uid);
+    }
+
+    async fn report_once(&mut self, pod: &Pod, reason: &str, note: String) {
+        let key = (pod.uid().unwrap_or_default(), reason.to_string());
+        if !self.reported.insert(key) {
+            return;
+        }
+        warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), reason, "{note}");
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "AnnotateZone".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &pod.object_ref(&())).await {
+            warn!(error = %e, "cannot publish pod event");
+        }
+    }
+
+    async fn consider(&mut self, pod: &Pod) {
+        let r = ObjectRef::from_obj(pod);
+        if self.in_flight.contains_key(&r) {
+            return;
+        }
+        let node = node_name(pod).and_then(|n| self.nodes.get(&ObjectRef::new(n)));
+        match decide(pod, node.as_deref()) {
+            PodZone::Annotate(zone) => self.write(pod, r, zone),
+            PodZone::NodeLabel(e) => {
+                let node = node_name(pod).unwrap_or_default().to_string();
+                let reason = match e {
+                    crate::zones::ZoneLabelError::Missing(_) => "ZoneLabelMissing",
+                    crate::zones::ZoneLabelError::Empty(_) => "ZoneLabelEmpty",
+                };
+                let note = format!("node {node}: {e}; the pod waits in Init until the node is labelled, then gets its zone");
+                self.report_once(pod, reason, note).await;
+            }
+            PodZone::Drift { annotated, node } => {
+                let note = format!("the node's topology labels now give zone {node}, but the pod runs as {annotated} (Loki read it at start); restart the pod to move it");
+                self.report_once(pod, "ZoneLabelChanged", note).await;
+            }
+            PodZone::NoKeys => {
+                let note = format!(
+                    "zone-aware pod has no {} annotation, so its zone cannot be known",
+                    names::ANNOTATION_ZONE_LABELS
+                );
+                self.report_once(pod, "ZoneKeysMissing", note).await;
+            }
+            // A node not (yet) in the cache: its appearance re-runs this pod.
+            PodZone::NodeGone => debug!(pod = %pod.name_any(), "node not in cache"),
+            PodZone::Unscheduled | PodZone::Done => {
+                self.bound_at.remove(&r);
+            }
+        }
+    }
+
+    fn write(&mut self, pod: &Pod, r: ObjectRef<Pod>, zone: String) {
+        self.bound_at.entry(r.clone()).or_insert_with(Instant::now);
+        self.in_flight.insert(r.clone(), pod.resource_version());
+        let api: Api<Pod> = Api::namespaced(
+            self.client.clone(),
+            pod.namespace().as_deref().unwrap_or("default"),
+        );
+        let name = pod.name_any();
+        // The resourceVersion makes the write conditional: a pod changed since we read it
+        // fails with 409 and is looked at again, so a zone set meanwhile is never replaced.
+        let patch = json!({"metadata": {"resourceVersion": pod.resource_version(), "annotations": {names::ANNOTATION_ZONE: zone}}});
+        let permits = self.permits.clone();
+        let done = self.done.clone();
+        tokio::spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let outcome = match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => Outcome::Written,
+                Err(kube::Error::Api(e)) if e.code == 404 => Outcome::Gone,
+                Err(kube::Error::Api(e)) if e.code == 409 => Outcome::Conflict,
+                Err(e) => {
+                    warn!(pod = %name, error = %e, "cannot write zone annotation; retrying");
+                    tokio::time::sleep(RETRY_AFTER).await;
+                    Outcome::Failed
+                }
+            };
+            let _ = done.send((r, outcome));
+        });
+    }
+
+    async fn finished(&mut self, r: ObjectRef<Pod>, outcome: Outcome) {
+        let used_version = self.in_flight.remove(&r).flatten();
+        match outcome {
+            Outcome::Written => {
+                Metrics::count(&self.metrics.annotations, "written", 1);
+                if let Some(t) = self.bound_at.remove(&r) {
+                    self.metrics
+                        .bind_to_annotated
+                        .observe(t.elapsed().as_secs_f64());
+                }
+            }
+            Outcome::Gone => {
+                Metrics::count(&self.metrics.annotations, "pod_gone", 1);
+                self.bound_at.remove(&r);
+            }
+            Outcome::Conflict => {
+                Metrics::count(&self.metrics.annotations, "conflict", 1);
+                // If the cache still holds the version that conflicted, the newer one is on
+                // its way as a watch event, which will bring the pod back here.
+                if let Some(p) = self
+                    .pods
+                    .get(&r)
+                    .filter(|p| p.resource_version() != used_version)
+                {
+                    self.consider(&p).await;
+                }
+            }
+            Outcome::Failed => {
+                Metrics::count(&self.metrics.annotations, "failed", 1);
+                if let Some(p) = self.pods.get(&r) {
+                    self.consider(&p).await;
+                }
+            }
+        }
+    }
+}

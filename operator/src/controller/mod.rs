@@ -1,0 +1,225 @@
+//! `loki-zone-operator run`: the LokiStack controller and the pod zone annotator, in one
+//! process, behind leader election.
+
+pub mod annotator;
+pub mod apply;
+pub mod leader;
+pub mod metrics;
+pub mod observe;
+pub mod podzone;
+pub mod reconcile;
+pub mod server;
+pub mod status;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::Client;
+use tokio::sync::watch;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tracing::{error, info};
+
+use crate::api::LokiStack;
+use crate::names;
+use crate::render::{ServerCapabilities, Settings};
+
+use self::leader::{Elector, LeaderConfig, LeaderError};
+use self::metrics::Metrics;
+use self::reconcile::{error_policy, reconcile, Context};
+
+pub struct RunConfig {
+    pub settings: Settings,
+    pub resync: Duration,
+    pub health_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    /// `None` runs without leader election (a single replica, or local development).
+    pub leader: Option<LeaderConfig>,
+    pub identity: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot read the API server version: {0}")]
+    Version(#[source] kube::Error),
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("health and metrics server: {0}")]
+    Server(#[from] std::io::Error),
+    #[error("stopped before the CRD was established")]
+    Interrupted,
+}
+
+/// Resolves on SIGTERM or SIGINT.
+fn shutdown_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+        info!("shutdown requested");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+/// Waits until the LokiStack CRD is established, logging what to do meanwhile.
+async fn wait_for_crd(client: &Client, shutdown: &watch::Receiver<bool>) -> Result<(), RunError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut logged = false;
+    loop {
+        let established = match api.get_opt(names::CRD_NAME).await {
+            Ok(Some(crd)) => crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }),
+            Ok(None) => false,
+            Err(e) => {
+                error!(error = %e, "cannot read CustomResourceDefinition {}", names::CRD_NAME);
+                false
+            }
+        };
+        if established {
+            info!(crd = names::CRD_NAME, "CRD is established");
+            return Ok(());
+        }
+        if !logged {
+            info!(crd = names::CRD_NAME, "waiting for the CRD to be established (install it with `make install` or `kubectl apply -f manifests/crd`)");
+            logged = true;
+        }
+        let mut s = shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = s.wait_for(|v| *v) => return Err(RunError::Interrupted),
+        }
+    }
+}
+
+pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = tokio::spawn(server::serve(
+        cfg.health_addr,
+        cfg.metrics_addr,
+        metrics.clone(),
+        ready.clone(),
+    ));
+    let shutdown = shutdown_signal();
+
+    wait_for_crd(&client, &shutdown).await?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(RunError::Version)?;
+    let capabilities = ServerCapabilities::parse(&format!("{}.{}", version.major, version.minor))
+        .unwrap_or(ServerCapabilities::MODERN);
+    info!(version = %version.git_version, ?capabilities, "connected to the API server");
+
+    let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
+    if let Some(e) = &elector {
+        tokio::select! {
+            _ = e.acquire() => {}
+            _ = stopped(shutdown.clone()) => return Ok(()),
+        }
+    }
+
+    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (node_tx, node_rx) = tokio::sync::mpsc::unbounded_channel();
+    let controller = Controller::new(
+        Api::<LokiStack>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(controller::Config::default().debounce(Duration::from_millis(100)));
+    let kinds = observe::child_kinds(&capabilities);
+    let (caches, tasks) = observe::start(
+        &client,
+        controller.store(),
+        &capabilities,
+        trigger_tx,
+        node_tx,
+    );
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: names::CONTROLLER_NAME.into(),
+            instance: Some(cfg.identity.clone()),
+        },
+    );
+    let annotator = tokio::spawn(annotator::run(
+        client.clone(),
+        caches.nodes.clone(),
+        node_rx,
+        recorder.clone(),
+        metrics.clone(),
+    ));
+    {
+        let caches = caches.clone();
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            if caches.wait_until_ready().await {
+                info!("caches synced");
+                ready.store(true, Ordering::Relaxed);
+            }
+        });
+    }
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        caches,
+        applier: apply::Applier::new(client.clone(), kinds),
+        settings: cfg.settings,
+        capabilities,
+        recorder,
+        metrics,
+        resync: cfg.resync,
+    });
+    let run_controller = controller
+        .reconcile_on(UnboundedReceiverStream::new(trigger_rx))
+        .graceful_shutdown_on(stopped(shutdown.clone()))
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()));
+
+    let hold = async {
+        match &elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    let result = tokio::select! {
+        _ = run_controller => Ok(()),
+        lost = hold => Err(RunError::Leader(lost)),
+        served = server => match served {
+            Ok(Err(e)) => Err(RunError::Server(e)),
+            _ => Ok(()),
+        },
+    };
+    annotator.abort();
+    for t in tasks {
+        t.abort();
+    }
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    info!("stopped");
+    result
+}

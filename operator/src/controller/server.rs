@@ -1,0 +1,65 @@
+//! `/healthz`, `/readyz` (caches synced) and `/metrics`, on their own ports.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::controller::metrics::Metrics;
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
+}
+
+async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+}
+
+/// Serves probes on `health` and metrics on `metrics` (the same address serves both).
+pub async fn serve(
+    health: SocketAddr,
+    metrics_addr: SocketAddr,
+    m: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let state = AppState { metrics: m, ready };
+    let probes = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz));
+    let metrics_router = Router::new().route("/metrics", get(metrics));
+    if health == metrics_addr {
+        let listener = tokio::net::TcpListener::bind(health).await?;
+        return axum::serve(listener, probes.merge(metrics_router).with_state(state)).await;
+    }
+    let l1 = tokio::net::TcpListener::bind(health).await?;
+    let l2 = tokio::net::TcpListener::bind(metrics_addr).await?;
+    let a = axum::serve(l1, probes.with_state(state.clone()));
+    let b = axum::serve(l2, metrics_router.with_state(state));
+    tokio::try_join!(async { a.await }, async { b.await })?;
+    Ok(())
+}

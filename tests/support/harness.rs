@@ -1,0 +1,320 @@
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, token
+//! authentication, service-account signing keys), kube-controller-manager (node lifecycle
+//! controller off: no kubelet sends heartbeats) and kube-scheduler.
+//!
+//! The binaries are built once by `hack/build-control-plane.sh` and cached outside the
+//! repository. Every process is started by this harness and stopped by PID when the
+//! [`ControlPlane`] is dropped, also when a test panics.
+
+use std::fs;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::repo_root;
+
+pub const ADMIN_TOKEN: &str = "e2e-admin-token";
+
+/// Where the control-plane binaries are, building them the first time.
+pub fn control_plane_bin() -> Result<PathBuf> {
+    let script = repo_root().join("hack/build-control-plane.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed; see its output above", script.display());
+    }
+    let dir = String::from_utf8(out.stdout)?
+        .trim()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    Ok(PathBuf::from(dir))
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A started process and the file its output goes to.
+struct Proc {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub server: String,
+    /// The apiserver's self-signed serving certificate, which is also its CA.
+    pub ca_file: PathBuf,
+    pub admin_kubeconfig: PathBuf,
+    procs: Vec<Proc>,
+    /// Keep processes running after drop (`make demo`).
+    detached: bool,
+}
+
+fn spawn(name: &'static str, dir: &Path, program: &Path, args: &[String]) -> Result<Proc> {
+    let log = dir.join(format!("{name}.log"));
+    let out = fs::File::create(&log)?;
+    let child = Command::new(program)
+        .args(args)
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    Ok(Proc { name, child, log })
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+pub fn write_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca_file: &Path,
+    user: &str,
+    token: &str,
+) -> Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: e2e\n  context:\n    cluster: e2e\n    user: {user}\ncurrent-context: e2e\n",
+        ca = ca_file.display()
+    );
+    fs::write(path, text)?;
+    Ok(())
+}
+
+impl ControlPlane {
+    /// Starts a fresh control plane in `dir` (emptied first).
+    pub fn start(dir: &Path) -> Result<ControlPlane> {
+        let bin = control_plane_bin()?;
+        let etcd_bin = which("etcd")
+            .context("etcd not found: install etcd-server (hack/build-control-plane.sh does)")?;
+        if dir.exists() {
+            fs::remove_dir_all(dir)?;
+        }
+        fs::create_dir_all(dir.join("certs"))?;
+        let dir = dir.canonicalize()?;
+
+        let sa_key = dir.join("sa.key");
+        let status = Command::new("openssl")
+            .args(["genrsa", "-out"])
+            .arg(&sa_key)
+            .arg("2048")
+            .stderr(Stdio::null())
+            .status()
+            .context("openssl genrsa")?;
+        if !status.success() {
+            bail!("openssl genrsa failed");
+        }
+        let mut tokens = fs::File::create(dir.join("tokens.csv"))?;
+        writeln!(tokens, "{ADMIN_TOKEN},e2e-admin,e2e-admin,system:masters")?;
+
+        let mut cp = ControlPlane {
+            server: String::new(),
+            ca_file: dir.join("certs/apiserver.crt"),
+            admin_kubeconfig: dir.join("admin.kubeconfig"),
+            dir: dir.clone(),
+            procs: Vec::new(),
+            detached: false,
+        };
+
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{client_port}");
+        cp.procs.push(spawn(
+            "etcd",
+            &dir,
+            &etcd_bin,
+            &[
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+                "--log-level=warn".into(),
+            ],
+        )?);
+
+        let port = free_port()?;
+        cp.server = format!("https://127.0.0.1:{port}");
+        cp.procs.push(spawn(
+            "kube-apiserver",
+            &dir,
+            &bin.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                "--insecure-port=0".into(),
+                format!("--cert-dir={}", dir.join("certs").display()),
+                format!("--token-auth-file={}", dir.join("tokens.csv").display()),
+                "--authorization-mode=RBAC".into(),
+                format!("--service-account-key-file={}", sa_key.display()),
+                format!("--service-account-signing-key-file={}", sa_key.display()),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--allow-privileged=true".into(),
+                // Audit log: the idle benchmark counts the operator's requests from it.
+                format!(
+                    "--audit-policy-file={}",
+                    write_audit_policy(&dir)?.display()
+                ),
+                format!("--audit-log-path={}", dir.join("audit.log").display()),
+                "--audit-log-format=json".into(),
+                "--v=1".into(),
+            ],
+        )?);
+        cp.wait_for_apiserver(Duration::from_secs(90))?;
+        write_kubeconfig(
+            &cp.admin_kubeconfig,
+            &cp.server,
+            &cp.ca_file,
+            "e2e-admin",
+            ADMIN_TOKEN,
+        )?;
+
+        let kubeconfig = format!("--kubeconfig={}", cp.admin_kubeconfig.display());
+        cp.procs.push(spawn(
+            "kube-controller-manager",
+            &dir,
+            &bin.join("kube-controller-manager"),
+            &[
+                kubeconfig.clone(),
+                "--leader-elect=false".into(),
+                "--port=0".into(),
+                "--secure-port=0".into(),
+                // No kubelet sends heartbeats: the lifecycle controller would taint and
+                // evict every simulated node. The node simulator plays that part.
+                "--controllers=*,-nodelifecycle".into(),
+                format!("--service-account-private-key-file={}", sa_key.display()),
+                format!("--root-ca-file={}", cp.ca_file.display()),
+                "--use-service-account-credentials=false".into(),
+                "--concurrent-statefulset-syncs=10".into(),
+                "--v=1".into(),
+            ],
+        )?);
+        cp.procs.push(spawn(
+            "kube-scheduler",
+            &dir,
+            &bin.join("kube-scheduler"),
+            &[
+                kubeconfig,
+                "--leader-elect=false".into(),
+                "--port=0".into(),
+                "--secure-port=0".into(),
+                "--v=1".into(),
+            ],
+        )?);
+        Ok(cp)
+    }
+
+    fn wait_for_apiserver(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            for p in &mut self.procs {
+                if let Some(status) = p.child.try_wait()? {
+                    bail!("{} exited with {status}:\n{}", p.name, tail(&p.log, 30));
+                }
+            }
+            let ok = Command::new("curl")
+                .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "-H"])
+                .arg(format!("Authorization: Bearer {ADMIN_TOKEN}"))
+                .arg(format!("{}/readyz", self.server))
+                .output()
+                .map(|o| o.stdout == b"200")
+                .unwrap_or(false);
+            if ok && self.ca_file.exists() {
+                return Ok(());
+            }
+            if start.elapsed() > timeout {
+                let log = self
+                    .procs
+                    .iter()
+                    .find(|p| p.name == "kube-apiserver")
+                    .map(|p| tail(&p.log, 30))
+                    .unwrap_or_default();
+                bail!("kube-apiserver not ready after {timeout:?}:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Fails if a control-plane process died, with the end of its log.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for p in &mut self.procs {
+            if let Some(status) = p.child.try_wait()? {
+                bail!("{} exited with {status}:\n{}", p.name, tail(&p.log, 30));
+            }
+        }
+        Ok(())
+    }
+
+    /// PIDs of the processes, for `make demo-down`.
+    pub fn pids(&self) -> Vec<u32> {
+        self.procs.iter().map(|p| p.child.id()).collect()
+    }
+
+    /// Leaves the processes running when dropped.
+    pub fn detach(mut self) {
+        self.detached = true;
+    }
+
+    pub fn stop(&mut self) {
+        // Reverse order: the scheduler and controllers before the API server and etcd.
+        for p in self.procs.iter_mut().rev() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(p.child.id().to_string())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for p in self.procs.iter_mut().rev() {
+            while Instant::now() < deadline {
+                if matches!(p.child.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+        self.procs.clear();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if !self.detached {
+            self.stop();
+        }
+    }
+}
+
+fn write_audit_policy(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("audit-policy.yaml");
+    fs::write(
+        &path,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [\"system:serviceaccount:loki-zone-operator-system:loki-zone-operator\"]\n- level: None\n",
+    )?;
+    Ok(path)
+}
+
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(name))
+            .find(|p| p.is_file())
+    })
+}

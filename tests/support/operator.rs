@@ -1,0 +1,213 @@
+//! The operator as its own process, and what it needs from the cluster: the install
+//! manifests from `manifests/` (kustomize) and a token of its ServiceAccount.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::{ApiResource, Scope};
+use kube::{Client, Discovery, ResourceExt};
+use serde_json::json;
+
+use crate::harness::{write_kubeconfig, ControlPlane};
+use crate::repo_root;
+
+pub const NAMESPACE: &str = "loki-zone-operator-system";
+pub const SERVICE_ACCOUNT: &str = "loki-zone-operator";
+
+pub fn operator_bin() -> Result<PathBuf> {
+    let path = std::env::var_os("LOKI_ZONE_OPERATOR_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/debug/loki-zone-operator"));
+    if !path.is_file() {
+        bail!("{} not found: build it first (`cargo build -p loki-zone-operator`, which `make e2e` does)", path.display());
+    }
+    Ok(path)
+}
+
+/// `kubectl kustomize manifests`: exactly what `make deploy` applies.
+pub fn kustomize() -> Result<Vec<serde_json::Value>> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(repo_root().join("manifests"))
+        .output()
+        .context("running kubectl kustomize")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl kustomize manifests failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8(out.stdout)?;
+    let mut docs = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(&text) {
+        let v: serde_json::Value = serde::Deserialize::deserialize(d)?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    Ok(docs)
+}
+
+/// Creates (or replaces) every object. A plain create rather than server-side apply:
+/// Kubernetes 1.20 drops the CRD's CEL rules (`x-kubernetes-validations`, 1.25+) on
+/// create, where server-side apply would reject the unknown field.
+pub async fn install(client: &Client, docs: &[serde_json::Value]) -> Result<()> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    for doc in docs {
+        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+        let tm = obj
+            .types
+            .clone()
+            .context("object without apiVersion/kind")?;
+        let gvk = kube::api::GroupVersionKind::try_from(&tm)?;
+        let (ar, caps): (ApiResource, _) = match discovery.resolve_gvk(&gvk) {
+            Some(found) => found,
+            None => {
+                // The CRD just created may not be discovered yet; CRs are not installed here.
+                bail!("the server does not serve {gvk:?}");
+            }
+        };
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                obj.namespace().as_deref().unwrap_or("default"),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        match api.create(&PostParams::default(), &obj).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let mut existing = obj.clone();
+                existing.metadata.resource_version =
+                    api.get(&obj.name_any()).await?.resource_version();
+                api.replace(&obj.name_any(), &PostParams::default(), &existing)
+                    .await?;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating {} {}", tm.kind, obj.name_any()))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A kubeconfig that authenticates as the operator's ServiceAccount.
+pub async fn service_account_kubeconfig(client: &Client, cp: &ControlPlane) -> Result<PathBuf> {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
+    let req: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 86400}}))?;
+    let resp: TokenRequest = api
+        .create_subresource("token", SERVICE_ACCOUNT, &PostParams::default(), &req)
+        .await
+        .context("TokenRequest")?;
+    let token = resp.status.context("token request without status")?.token;
+    let path = cp.dir.join("operator.kubeconfig");
+    write_kubeconfig(&path, &cp.server, &cp.ca_file, SERVICE_ACCOUNT, &token)?;
+    Ok(path)
+}
+
+/// The operator process; stopped with SIGTERM when dropped.
+pub struct Operator {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub health_port: u16,
+}
+
+impl Operator {
+    pub fn start(kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Result<Operator> {
+        let health_port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = format!("127.0.0.1:{health_port}");
+        let log = dir.join("operator.log");
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)?;
+        let child = Command::new(operator_bin()?)
+            .args([
+                "run",
+                "--health-addr",
+                &addr,
+                "--metrics-addr",
+                &addr,
+                "--lease-namespace",
+                NAMESPACE,
+            ])
+            .args([
+                "--operator-image",
+                "loki-zone-operator:e2e",
+                "--loki-image",
+                "grafana/loki:e2e",
+            ])
+            .args(extra)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting loki-zone-operator")?;
+        Ok(Operator {
+            child: Some(child),
+            log,
+            health_port,
+        })
+    }
+
+    /// Blocks until `/readyz` answers 200 (caches synced).
+    pub async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let url = format!("http://127.0.0.1:{}/readyz", self.health_port);
+        crate::nodesim::eventually("operator /readyz", timeout, || {
+            let url = url.clone();
+            async move {
+                let out = tokio::process::Command::new("curl")
+                    .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &url])
+                    .output()
+                    .await?;
+                Ok((out.stdout == b"200").then_some(()))
+            }
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "operator log:\n{}",
+                fs::read_to_string(&self.log).unwrap_or_default()
+            )
+        })
+    }
+
+    pub fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.health_port)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+            for _ in 0..100 {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
