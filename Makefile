@@ -3,23 +3,67 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+KUBECTL ?= kubectl
 BIN := target/debug/loki-zone-operator
+CLUSTER := target/debug/e2e-cluster
+DEMO_DIR := .e2e/demo
+# The operator image `deploy` installs; the zone init container runs the same image.
+DEFAULT_IMG := ghcr.io/loki-zone-operator/loki-zone-operator:v0.1.0
+IMG ?= $(DEFAULT_IMG)
 
 .PHONY: help
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build the operator binary
-	$(CARGO) build --locked -p loki-zone-operator
+build: ## Build the operator and the test tools
+	$(CARGO) build --locked --workspace
 
 .PHONY: test
-test: ## Run the unit and integration tests
+test: unit e2e ## Unit, integration and end-to-end tests (what CI runs)
+
+.PHONY: unit
+unit: ## Unit and integration tests (no cluster needed)
 	$(CARGO) test --locked --workspace
+
+.PHONY: e2e
+e2e: build ## End-to-end suite on a local Kubernetes control plane (built once, cached in ~/.cache)
+	bash hack/build-control-plane.sh >/dev/null
+	$(CARGO) test --locked -p loki-zone-operator-tests --test e2e
+
+.PHONY: demo
+demo: build ## Start a local cluster with the operator and a zone-aware stack; print where each pod runs
+	bash hack/build-control-plane.sh >/dev/null
+	$(CLUSTER) demo $(DEMO_DIR)
+
+.PHONY: demo-down
+demo-down: ## Stop the demo cluster
+	@if [ -x $(CLUSTER) ]; then $(CLUSTER) down $(DEMO_DIR); else echo "no demo cluster"; fi
+
+.PHONY: run
+run: build ## Run the operator against the cluster of the current KUBECONFIG
+	$(BIN) run --leader-elect=false
 
 .PHONY: manifests
 manifests: build ## Regenerate the CRD in manifests/crd from the Rust API types
 	$(BIN) crd > manifests/crd/loki.grafana.com_lokistacks.yaml
+
+.PHONY: install
+install: ## Install the CRD into the current cluster
+	$(KUBECTL) apply --server-side -f manifests/crd/loki.grafana.com_lokistacks.yaml
+
+.PHONY: uninstall
+uninstall: ## Remove the CRD (and with it every LokiStack) from the current cluster
+	$(KUBECTL) delete --ignore-not-found -f manifests/crd/loki.grafana.com_lokistacks.yaml
+
+.PHONY: deploy
+deploy: ## Install the operator (CRD, RBAC, Deployment) with image IMG
+	$(KUBECTL) kustomize manifests | sed 's#$(DEFAULT_IMG)#$(IMG)#g' | $(KUBECTL) apply --server-side -f -
+
+.PHONY: undeploy
+undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
+	$(KUBECTL) kustomize manifests | yq -e 'select(.kind != "CustomResourceDefinition")' 2>/dev/null | $(KUBECTL) delete --ignore-not-found -f - \
+	  || $(KUBECTL) delete --ignore-not-found -n loki-zone-operator-system deployment/loki-zone-operator service/loki-zone-operator-metrics serviceaccount/loki-zone-operator role/loki-zone-operator-leader-election rolebinding/loki-zone-operator-leader-election clusterrole/loki-zone-operator clusterrolebinding/loki-zone-operator
 
 .PHONY: render-sample
 render-sample: build ## Render the zone-aware sample against the sample nodes

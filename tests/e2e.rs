@@ -829,10 +829,23 @@ async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
     // Stacks from earlier scenarios are Ready; let in-flight work settle.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let audit = env.cp.dir.join("audit.log");
+    let reconciles_before = reconciles(env).await?;
     let start = std::fs::read_to_string(&audit).unwrap_or_default().len();
     let begin = Instant::now();
     // The operator runs with --resync 2s: this spans several resyncs of every stack.
     tokio::time::sleep(Duration::from_secs(10)).await;
+    let reconciles_after = reconciles(env).await?;
+    let stacks = Api::<LokiStack>::all(env.admin.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .len();
+    // Without resyncs, "no writes" would prove nothing.
+    ensure!(
+        reconciles_after - reconciles_before >= 3 * stacks as u64,
+        "expected at least 3 resyncs of each of {stacks} stacks, saw {} reconciles",
+        reconciles_after - reconciles_before
+    );
     let text = std::fs::read_to_string(&audit).unwrap_or_default();
     let mut writes = Vec::new();
     let mut reads = 0;
@@ -861,10 +874,30 @@ async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
         begin.elapsed()
     );
     println!(
-        "    idle for {:?}: 0 writes, {reads} reads",
-        begin.elapsed()
+        "    idle for {:?}: {} reconciles, 0 writes, {reads} reads",
+        begin.elapsed(),
+        reconciles_after - reconciles_before
     );
     Ok(())
+}
+
+/// Reconciles the operator has finished, from its /metrics.
+async fn reconciles(env: &Env) -> Result<u64> {
+    let url = env
+        .operator
+        .as_ref()
+        .context("operator not running")?
+        .metrics_url();
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", &url])
+        .output()
+        .await?;
+    let text = String::from_utf8(out.stdout)?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("loki_zone_operator_reconciles_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64)
 }
 
 // ---------------------------------------------------------------------------------------
