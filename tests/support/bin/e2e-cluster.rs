@@ -173,8 +173,8 @@ async fn demo(dir: &Path) -> Result<()> {
         )
     });
     println!(
-        "\n{:<16} {:<48} {:<16} {:<8} {}",
-        "COMPONENT", "POD", "NODE", "ZONE", "ANNOTATION"
+        "\n{:<16} {:<48} {:<16} {:<8} ANNOTATION",
+        "COMPONENT", "POD", "NODE", "ZONE"
     );
     for p in &pods {
         let node = p
@@ -209,13 +209,11 @@ async fn demo(dir: &Path) -> Result<()> {
             c.type_, c.status, c.reason, c.message
         );
     }
-    println!(
-        "\nstatus.replication:\n{}",
-        serde_yaml::to_string(&status.replication)?
-            .trim_end()
-            .replace('\n', "\n  ")
-            .replacen("", "  ", 1)
-    );
+    let replication = serde_yaml::to_string(&status.replication)?;
+    println!("\nstatus.replication:");
+    for line in replication.lines() {
+        println!("  {line}");
+    }
     println!("\nThe cluster keeps running. Reach it with:\n  export KUBECONFIG={}\n  kubectl get lokistacks -A\nStop it with: make demo-down", up.admin_kubeconfig.display());
     Ok(())
 }
