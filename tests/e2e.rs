@@ -900,6 +900,215 @@ async fn reconciles(env: &Env) -> Result<u64> {
         .sum::<f64>() as u64)
 }
 
+/// 12. A missing storage Secret, then one lacking keys, are reported with what to
+/// change; fixing the Secret applies the stack with no change to the stack.
+async fn storage_secret_errors_are_reported_and_fixing_the_secret_applies(
+    env: &mut Env,
+) -> Result<()> {
+    let ns = "e2e-secret";
+    let api: Api<Namespace> = Api::all(env.admin.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+    )
+    .await?;
+    let mut body = stack_json("s", "1x.demo", Value::Null);
+    body["spec"]["storage"]["secret"]["name"] = json!("later");
+    create_stack(env, ns, body).await?;
+    let s = wait_condition(env, ns, "s", "Degraded", Some("MissingObjectStorageSecret")).await?;
+    let msg = &condition(&s, "Degraded").context("degraded")?.message;
+    ensure!(
+        msg.contains("\"later\"") && msg.contains("bucketnames"),
+        "message: {msg}"
+    );
+    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), ns);
+    let partial: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "later"}, "stringData": {"bucketnames": "b", "endpoint": "e"}}),
+    )?;
+    secrets.create(&PostParams::default(), &partial).await?;
+    let s = wait_condition(env, ns, "s", "Degraded", Some("InvalidObjectStorageSecret")).await?;
+    let msg = &condition(&s, "Degraded").context("degraded")?.message;
+    ensure!(
+        msg.contains("access_key_id, access_key_secret"),
+        "message does not name the missing keys: {msg}"
+    );
+    ensure!(
+        workloads(env, ns).await?.is_empty(),
+        "applied with an invalid secret"
+    );
+    secrets
+        .patch(
+            "later",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"access_key_id": "a", "access_key_secret": "s"}})),
+        )
+        .await?;
+    wait_condition(env, ns, "s", "Ready", Some("ReadyComponents")).await?;
+    Ok(())
+}
+
+/// 13. A pod on a node that lacks a topology label waits without a zone, is named in
+/// its stack's status, and gets its zone as soon as the node is labelled.
+async fn pod_on_unlabelled_node_is_named_then_annotated_when_labelled(env: &mut Env) -> Result<()> {
+    const BAY: &str = "e2e.loki-zone-operator.dev/bay";
+    let (ns, stack) = ("e2e-demo", "demo");
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": "waiting-for-bay",
+            "labels": {
+                "app.kubernetes.io/name": "lokistack", "app.kubernetes.io/instance": stack,
+                "app.kubernetes.io/component": "querier", "loki.grafana.com/zone-aware": "enabled",
+            },
+            "annotations": {"loki.grafana.com/availability-zone-labels": BAY},
+        },
+        "spec": {
+            "nodeName": "node-zone-b-1",
+            "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-operator:e2e"}],
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }))?;
+    pods.create(&PostParams::default(), &p).await?;
+    let s = wait_condition(env, ns, stack, "Warning", Some("PodZoneUnknown")).await?;
+    let msg = &condition(&s, "Warning").context("warning")?.message;
+    ensure!(
+        msg.contains("waiting-for-bay") && msg.contains("is missing"),
+        "Warning does not name the pod: {msg}"
+    );
+    let named = s
+        .status
+        .clone()
+        .and_then(|st| st.replication)
+        .map(|r| r.pods_without_zone)
+        .unwrap_or_default();
+    ensure!(
+        named.iter().any(|n| n.starts_with("waiting-for-bay")),
+        "status.replication.podsWithoutZone: {named:?}"
+    );
+    ensure!(!pods
+        .get("waiting-for-bay")
+        .await?
+        .annotations()
+        .contains_key("loki.grafana.com/availability-zone"));
+    env.sim.relabel("node-zone-b-1", BAY, Some("bay-7")).await?;
+    eventually(
+        "the pod annotated once its node is labelled",
+        WAIT,
+        || async {
+            let p = pods.get("waiting-for-bay").await?;
+            Ok((p
+                .annotations()
+                .get("loki.grafana.com/availability-zone")
+                .map(String::as_str)
+                == Some("bay-7"))
+            .then_some(()))
+        },
+    )
+    .await?;
+    pods.delete("waiting-for-bay", &DeleteParams::default())
+        .await?;
+    wait_condition(env, ns, stack, "Ready", Some("ReadyComponents")).await?;
+    Ok(())
+}
+
+/// 14. Disabling the ruler removes its objects (claims stay); an Unmanaged stack is left
+/// exactly as it is.
+async fn disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone(env: &mut Env) -> Result<()> {
+    let ns = "e2e-ruler";
+    namespace(env, ns).await?;
+    let mut body = stack_json("r", "1x.demo", Value::Null);
+    body["spec"]["rules"] = json!({"enabled": true});
+    create_stack(env, ns, body).await?;
+    wait_condition(env, ns, "r", "Ready", Some("ReadyComponents")).await?;
+    let sts: Api<StatefulSet> = Api::namespaced(env.admin.clone(), ns);
+    ensure!(
+        sts.get_opt("r-ruler").await?.is_some(),
+        "ruler not rendered"
+    );
+    let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), ns);
+    api.patch(
+        "r",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"rules": {"enabled": false}}})),
+    )
+    .await?;
+    eventually("the ruler's objects pruned", WAIT, || async {
+        let gone = sts.get_opt("r-ruler").await?.is_none()
+            && Api::<Service>::namespaced(env.admin.clone(), ns)
+                .get_opt("r-ruler-http")
+                .await?
+                .is_none();
+        Ok(gone.then_some(()))
+    })
+    .await?;
+    let claims = Api::<PersistentVolumeClaim>::namespaced(env.admin.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    ensure!(
+        claims
+            .items
+            .iter()
+            .any(|c| c.name_any().contains("-r-ruler-")),
+        "the ruler's claims must stay"
+    );
+
+    api.patch("r", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"managementState": "Unmanaged", "template": {"querier": {"replicas": 4}}}})))
+        .await?;
+    let deploys: Api<Deployment> = Api::namespaced(env.admin.clone(), ns);
+    deploys
+        .patch(
+            "r-querier",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"edited-by": "admin"}}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let q = deploys.get("r-querier").await?;
+    ensure!(
+        q.spec.and_then(|s| s.replicas) == Some(1),
+        "an Unmanaged stack was scaled"
+    );
+    ensure!(
+        q.metadata
+            .labels
+            .is_some_and(|l| l.get("edited-by").map(String::as_str) == Some("admin")),
+        "an admin's edit was reverted"
+    );
+    Ok(())
+}
+
+/// 15. Two operator replicas: one leads; when it stops, the standby takes over and
+/// reconciles.
+async fn standby_replica_takes_over_when_the_leader_stops(env: &mut Env) -> Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(env.admin.clone(), operator::NAMESPACE);
+    let holder = |l: Lease| l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    let first = holder(leases.get("loki-zone-operator").await?);
+    ensure!(!first.is_empty(), "no leader");
+    let standby_dir = env.cp.dir.join("standby");
+    std::fs::create_dir_all(&standby_dir)?;
+    let mut standby = Operator::start(&env.operator_kubeconfig, &standby_dir, &["--resync", "2s"])?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(
+        holder(leases.get("loki-zone-operator").await?) == first,
+        "the standby took the lease from a live leader"
+    );
+    env.stop_operator();
+    let second = eventually("the standby to lead", WAIT, || async {
+        let h = holder(leases.get("loki-zone-operator").await?);
+        Ok((!h.is_empty() && h != first).then_some(h))
+    })
+    .await?;
+    // The new leader reconciles: a new stack becomes Ready.
+    let ns = "e2e-failover";
+    namespace(env, ns).await?;
+    create_stack(env, ns, stack_json("f", "1x.demo", Value::Null)).await?;
+    wait_condition(env, ns, "f", "Ready", Some("ReadyComponents")).await?;
+    println!("    leader {first} stopped; {second} took over");
+    standby.stop();
+    env.start_operator().await
+}
+
 // ---------------------------------------------------------------------------------------
 
 type Scenario = for<'a> fn(&'a mut Env) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
@@ -927,6 +1136,10 @@ fn main() -> std::process::ExitCode {
         pods_created_while_down_are_annotated_on_start,
         deleting_a_stack_collects_children_but_keeps_pvcs,
         invalid_specs_are_rejected_with_the_field_named,
+        storage_secret_errors_are_reported_and_fixing_the_secret_applies,
+        pod_on_unlabelled_node_is_named_then_annotated_when_labelled,
+        disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone,
+        standby_replica_takes_over_when_the_leader_stops,
         idle_resyncs_write_nothing,
     ];
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -27,7 +27,39 @@ pub fn operator_bin() -> Result<PathBuf> {
     if !path.is_file() {
         bail!("{} not found: build it first (`cargo build -p loki-zone-operator`, which `make e2e` does)", path.display());
     }
+    // `cargo test -p loki-zone-operator-tests` does not rebuild the operator binary; a
+    // stale one would test old code.
+    let built = fs::metadata(&path)?.modified()?;
+    let root = repo_root();
+    for dir in [root.join("operator/src"), root.join("templates")] {
+        if let Some(newer) = newest_file(&dir)?.filter(|(t, _)| *t > built) {
+            bail!(
+                "{} is older than {}: run `cargo build -p loki-zone-operator` (or `make e2e`)",
+                path.display(),
+                newer.1.display()
+            );
+        }
+    }
     Ok(path)
+}
+
+fn newest_file(dir: &Path) -> Result<Option<(std::time::SystemTime, PathBuf)>> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let candidate = if path.is_dir() {
+            newest_file(&path)?
+        } else {
+            Some((entry.metadata()?.modified()?, path))
+        };
+        if let Some(c) = candidate {
+            if newest.as_ref().is_none_or(|n| c.0 > n.0) {
+                newest = Some(c);
+            }
+        }
+    }
+    Ok(newest)
 }
 
 /// `kubectl kustomize manifests`: exactly what `make deploy` applies.

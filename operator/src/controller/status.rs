@@ -352,6 +352,7 @@ pub fn compute(
         None => ReplicationStatus {
             factor: eff.replication_factor,
             write_quorum: write_quorum(eff.replication_factor),
+            pods_without_zone: pod_zones.without_zone.clone(),
             ..Default::default()
         },
     });
