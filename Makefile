@@ -8,8 +8,7 @@ BIN := target/debug/loki-zone-operator
 CLUSTER := target/debug/e2e-cluster
 DEMO_DIR := .e2e/demo
 # The operator image `deploy` installs; the zone init container runs the same image.
-DEFAULT_IMG := ghcr.io/loki-zone-operator/loki-zone-operator:v0.1.0
-IMG ?= $(DEFAULT_IMG)
+IMG ?= ghcr.io/loki-zone-operator/loki-zone-operator:v0.1.0
 
 .PHONY: help
 help: ## List the targets
@@ -49,21 +48,20 @@ manifests: build ## Regenerate the CRD in manifests/crd from the Rust API types
 	$(BIN) crd > manifests/crd/loki.grafana.com_lokistacks.yaml
 
 .PHONY: install
-install: ## Install the CRD into the current cluster
-	$(KUBECTL) apply --server-side -f manifests/crd/loki.grafana.com_lokistacks.yaml
+install: build ## Install the CRD into the current cluster
+	BIN=$(BIN) bash hack/deploy.sh install
 
 .PHONY: uninstall
 uninstall: ## Remove the CRD (and with it every LokiStack) from the current cluster
-	$(KUBECTL) delete --ignore-not-found -f manifests/crd/loki.grafana.com_lokistacks.yaml
+	bash hack/deploy.sh uninstall
 
 .PHONY: deploy
-deploy: ## Install the operator (CRD, RBAC, Deployment) with image IMG
-	$(KUBECTL) kustomize manifests | sed 's#$(DEFAULT_IMG)#$(IMG)#g' | $(KUBECTL) apply --server-side -f -
+deploy: build ## Install the operator (CRD, RBAC, Deployment) with image IMG
+	BIN=$(BIN) IMG=$(IMG) bash hack/deploy.sh deploy
 
 .PHONY: undeploy
 undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
-	$(KUBECTL) kustomize manifests | yq -e 'select(.kind != "CustomResourceDefinition")' 2>/dev/null | $(KUBECTL) delete --ignore-not-found -f - \
-	  || $(KUBECTL) delete --ignore-not-found -n loki-zone-operator-system deployment/loki-zone-operator service/loki-zone-operator-metrics serviceaccount/loki-zone-operator role/loki-zone-operator-leader-election rolebinding/loki-zone-operator-leader-election clusterrole/loki-zone-operator clusterrolebinding/loki-zone-operator
+	bash hack/deploy.sh undeploy
 
 .PHONY: render-sample
 render-sample: build ## Render the zone-aware sample against the sample nodes

@@ -69,13 +69,8 @@ async fn setup() -> Result<Env> {
     let version = admin.apiserver_version().await?;
     let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap_or(0);
     // The CRD, RBAC and operator Deployment exactly as `make deploy` applies them.
-    let docs = operator::kustomize()?;
-    let (crds, rest): (Vec<Value>, Vec<Value>) = docs
-        .into_iter()
-        .partition(|d| d["kind"] == "CustomResourceDefinition");
-    operator::install(&admin, &crds).await?;
+    operator::deploy(&cp.admin_kubeconfig)?;
     wait_crd_established(&admin).await?;
-    operator::install(&admin, &rest).await?;
     let sim = NodeSim::new(admin.clone());
     sim.install_storage_class().await?;
     sim.create_zones(&ZONES, 2).await?;

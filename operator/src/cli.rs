@@ -43,6 +43,29 @@ pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(&LokiStack::crd())
 }
 
+/// The CRD for a given server: without CEL rules where the server predates them (the
+/// reconciler checks the same rules and reports them as a Degraded condition).
+pub fn crd_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml::Error> {
+    if caps.crd_cel_rules {
+        return crd_yaml();
+    }
+    let mut crd = serde_json::to_value(LokiStack::crd())
+        .map_err(<serde_yaml::Error as serde::ser::Error>::custom)?;
+    strip_cel(&mut crd);
+    serde_yaml::to_string(&crd)
+}
+
+fn strip_cel(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            map.remove("x-kubernetes-validations");
+            map.values_mut().for_each(strip_cel);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_cel),
+        _ => {}
+    }
+}
+
 fn input_err(file: &Path, message: impl Into<String>) -> CliError {
     CliError::Input {
         file: file.display().to_string(),

@@ -80,7 +80,12 @@ enum Command {
         log_format: LogFormat,
     },
     /// Print the LokiStack CustomResourceDefinition as YAML.
-    Crd,
+    Crd {
+        /// Kubernetes version of the target cluster; before 1.25 the CEL rules are left
+        /// out (the operator enforces them instead).
+        #[arg(long, value_parser = parse_kube_version)]
+        kube_version: Option<ServerCapabilities>,
+    },
     /// Render every object of a LokiStack as a YAML stream for `kubectl apply -f -`.
     Render {
         /// The LokiStack manifest.
@@ -192,16 +197,18 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Crd => match cli::crd_yaml() {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
+        Command::Crd { kube_version } => {
+            match cli::crd_yaml_for(&kube_version.unwrap_or(ServerCapabilities::MODERN)) {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Command::Render {
             file,
             nodes,

@@ -103,6 +103,9 @@ pub struct ServerCapabilities {
     pub spread_node_taints_policy: bool,
     /// `policy/v1` PodDisruptionBudget (1.21+); older servers get `policy/v1beta1`.
     pub pdb_v1: bool,
+    /// CEL rules in CRDs (`x-kubernetes-validations`, 1.25+). Older servers reject them
+    /// under server-side apply; the reconciler enforces the same rules anyway.
+    pub crd_cel_rules: bool,
 }
 
 impl ServerCapabilities {
@@ -110,6 +113,7 @@ impl ServerCapabilities {
         spread_match_label_keys: true,
         spread_node_taints_policy: true,
         pdb_v1: true,
+        crd_cel_rules: true,
     };
 
     pub fn for_version(major: u32, minor: u32) -> ServerCapabilities {
@@ -118,6 +122,7 @@ impl ServerCapabilities {
             spread_match_label_keys: at_least(27),
             spread_node_taints_policy: at_least(27),
             pdb_v1: at_least(21),
+            crd_cel_rules: at_least(25),
         }
     }
 

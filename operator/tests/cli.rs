@@ -134,6 +134,25 @@ fn crd_command_prints_the_committed_crd() {
 }
 
 #[test]
+fn crd_for_old_servers_leaves_out_cel_rules_only() {
+    let modern = text(&run(&["crd", "--kube-version", "1.30"]).stdout);
+    let old = text(&run(&["crd", "--kube-version", "1.20"]).stdout);
+    assert_eq!(modern.matches("x-kubernetes-validations").count(), 2);
+    assert!(!old.contains("x-kubernetes-validations"));
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| {
+                !l.contains("rule:")
+                    && !l.contains("message:")
+                    && !l.contains("x-kubernetes-validations")
+            })
+            .count()
+    };
+    // Only the two rules (3 lines each with their key) differ.
+    assert_eq!(strip(&modern), strip(&old));
+}
+
+#[test]
 fn wait_for_zone_exits_zero_and_prints_the_zone_written_later() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("az");

@@ -1,5 +1,5 @@
 //! The operator as its own process, and what it needs from the cluster: the install
-//! manifests from `manifests/` (kustomize) and a token of its ServiceAccount.
+//! of `make deploy` and a token of its ServiceAccount.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,9 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, DynamicObject, PostParams};
-use kube::discovery::{ApiResource, Scope};
-use kube::{Client, Discovery, ResourceExt};
+use kube::api::{Api, PostParams};
+use kube::Client;
 use serde_json::json;
 
 use crate::harness::{write_kubeconfig, ControlPlane};
@@ -62,70 +61,21 @@ fn newest_file(dir: &Path) -> Result<Option<(std::time::SystemTime, PathBuf)>> {
     Ok(newest)
 }
 
-/// `kubectl kustomize manifests`: exactly what `make deploy` applies.
-pub fn kustomize() -> Result<Vec<serde_json::Value>> {
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(repo_root().join("manifests"))
+/// Installs the operator exactly as `make deploy` does (`hack/deploy.sh deploy`).
+pub fn deploy(admin_kubeconfig: &Path) -> Result<()> {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/deploy.sh"))
+        .arg("deploy")
+        .env("KUBECONFIG", admin_kubeconfig)
+        .env("BIN", operator_bin()?)
         .output()
-        .context("running kubectl kustomize")?;
+        .context("running hack/deploy.sh")?;
     if !out.status.success() {
         bail!(
-            "kubectl kustomize manifests failed: {}",
+            "make deploy failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-    }
-    let text = String::from_utf8(out.stdout)?;
-    let mut docs = Vec::new();
-    for d in serde_yaml::Deserializer::from_str(&text) {
-        let v: serde_json::Value = serde::Deserialize::deserialize(d)?;
-        if !v.is_null() {
-            docs.push(v);
-        }
-    }
-    Ok(docs)
-}
-
-/// Creates (or replaces) every object. A plain create rather than server-side apply:
-/// Kubernetes 1.20 drops the CRD's CEL rules (`x-kubernetes-validations`, 1.25+) on
-/// create, where server-side apply would reject the unknown field.
-pub async fn install(client: &Client, docs: &[serde_json::Value]) -> Result<()> {
-    let discovery = Discovery::new(client.clone()).run().await?;
-    for doc in docs {
-        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
-        let tm = obj
-            .types
-            .clone()
-            .context("object without apiVersion/kind")?;
-        let gvk = kube::api::GroupVersionKind::try_from(&tm)?;
-        let (ar, caps): (ApiResource, _) = match discovery.resolve_gvk(&gvk) {
-            Some(found) => found,
-            None => {
-                // The CRD just created may not be discovered yet; CRs are not installed here.
-                bail!("the server does not serve {gvk:?}");
-            }
-        };
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                obj.namespace().as_deref().unwrap_or("default"),
-                &ar,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &ar),
-        };
-        match api.create(&PostParams::default(), &obj).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {
-                let mut existing = obj.clone();
-                existing.metadata.resource_version =
-                    api.get(&obj.name_any()).await?.resource_version();
-                api.replace(&obj.name_any(), &PostParams::default(), &existing)
-                    .await?;
-            }
-            Err(e) => {
-                return Err(e).with_context(|| format!("creating {} {}", tm.kind, obj.name_any()))
-            }
-        }
     }
     Ok(())
 }

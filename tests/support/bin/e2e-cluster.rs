@@ -44,13 +44,7 @@ async fn up(dir: &Path) -> Result<Up> {
     }
     let cp = ControlPlane::start(dir)?;
     let client = admin_client(&cp.admin_kubeconfig).await?;
-    let docs = operator::kustomize()?;
-    let (crds, rest): (Vec<_>, Vec<_>) = docs
-        .into_iter()
-        .partition(|d| d["kind"] == "CustomResourceDefinition");
-    operator::install(&client, &crds).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    operator::install(&client, &rest).await?;
+    operator::deploy(&cp.admin_kubeconfig)?;
     let sim = NodeSim::new(client.clone());
     sim.install_storage_class().await?;
     sim.create_zones(&ZONES, 2).await?;
