@@ -63,6 +63,10 @@ deploy: build ## Install the operator (CRD, RBAC, Deployment) with image IMG
 undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
 	bash hack/deploy.sh undeploy
 
+.PHONY: bundle
+bundle: ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from manifests/
+	$(CARGO) run --locked -q -p loki-zone-operator-tests --bin gen-bundle
+
 .PHONY: render-sample
 render-sample: build ## Render the zone-aware sample against the sample nodes
 	$(BIN) render -f manifests/samples/lokistack-zone-aware.yaml --nodes manifests/samples/nodes-three-zones.yaml

@@ -1,0 +1,214 @@
+//! The OLM bundle (registry+v1), generated from `manifests/`: the CSV's permissions and
+//! deployment are exactly the kustomize output's ClusterRole, Role and Deployment, so the
+//! two install paths cannot drift apart.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::repo_root;
+
+pub const PACKAGE: &str = "loki-zone-operator";
+pub const CHANNEL: &str = "alpha";
+/// OLM installs the CRD as it is, CEL rules included: those need Kubernetes 1.25.
+pub const MIN_KUBE_VERSION: &str = "1.25.0";
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The files of the bundle: (path relative to the repository root, content).
+pub fn files() -> Result<Vec<(String, String)>> {
+    let objects = kustomize_operator()?;
+    let find = |kind: &str| -> Result<Value> {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind)
+            .cloned()
+            .with_context(|| format!("no {kind} in manifests/operator"))
+    };
+    let deployment = find("Deployment")?;
+    let cluster_role = find("ClusterRole")?;
+    let role = find("Role")?;
+    let service_account = find("ServiceAccount")?;
+    let sa = service_account["metadata"]["name"].clone();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let operator_image = container["image"]
+        .as_str()
+        .context("operator image")?
+        .to_string();
+    let env_value = |name: &str| {
+        container["env"]
+            .as_array()
+            .and_then(|e| e.iter().find(|v| v["name"] == name))
+            .and_then(|v| v["value"].as_str())
+            .map(String::from)
+    };
+    let loki_image = env_value("LOKI_IMAGE").context("LOKI_IMAGE in the operator Deployment")?;
+    let root = repo_root();
+    let sample: Value = serde_yaml::from_str(&std::fs::read_to_string(
+        root.join("manifests/samples/lokistack-zone-aware.yaml"),
+    )?)?;
+    let crd_text =
+        std::fs::read_to_string(root.join("manifests/crd/loki.grafana.com_lokistacks.yaml"))?;
+
+    let descriptor = |path: &str, name: &str, description: &str, x: &[&str]| json!({"path": path, "displayName": name, "description": description, "x-descriptors": x});
+    let csv = json!({
+        "apiVersion": "operators.coreos.com/v1alpha1",
+        "kind": "ClusterServiceVersion",
+        "metadata": {
+            "name": format!("{PACKAGE}.v{VERSION}"),
+            "namespace": "placeholder",
+            "annotations": {
+                "alm-examples": serde_json::to_string_pretty(&json!([sample]))?,
+                "capabilities": "Basic Install",
+                "categories": "Logging & Tracing",
+                "containerImage": operator_image,
+                "description": "Runs Grafana Loki with every copy of a log stream in a different availability zone.",
+                "operatorframework.io/suggested-namespace": "loki-zone-operator-system",
+            },
+        },
+        "spec": {
+            "displayName": "Loki Zone Operator",
+            "description": "Reconciles LokiStack resources (loki.grafana.com/v1). With spec.replication.zones every copy of a log stream lands in a different failure domain: the operator checks the replication factor against the zones of the nodes, spreads every component with topology spread constraints, annotates each pod with its node's zone and configures Loki's ring for zone awareness.",
+            "version": VERSION,
+            "maturity": CHANNEL,
+            "minKubeVersion": MIN_KUBE_VERSION,
+            "provider": {"name": "loki-zone-operator"},
+            "keywords": ["loki", "logging", "zones", "availability", "replication"],
+            "maintainers": [{"name": "loki-zone-operator maintainers", "email": "maintainers@loki-zone-operator.invalid"}],
+            "links": [{"name": "Documentation", "url": "https://github.com/loki-zone-operator/loki-zone-operator/tree/main/docs"}],
+            "icon": [],
+            "installModes": [
+                {"type": "OwnNamespace", "supported": false},
+                {"type": "SingleNamespace", "supported": false},
+                {"type": "MultiNamespace", "supported": false},
+                {"type": "AllNamespaces", "supported": true},
+            ],
+            "customresourcedefinitions": {"owned": [{
+                "name": "lokistacks.loki.grafana.com",
+                "version": "v1",
+                "kind": "LokiStack",
+                "displayName": "LokiStack",
+                "description": "A Grafana Loki deployment whose log streams can be replicated across availability zones.",
+                "resources": [
+                    {"kind": "StatefulSet", "version": "v1"},
+                    {"kind": "Deployment", "version": "v1"},
+                    {"kind": "Service", "version": "v1"},
+                    {"kind": "ConfigMap", "version": "v1"},
+                    {"kind": "ServiceAccount", "version": "v1"},
+                    {"kind": "PodDisruptionBudget", "version": "v1"},
+                ],
+                "specDescriptors": [
+                    descriptor("size", "Size", "The t-shirt size of the deployment", &["urn:alm:descriptor:com.tectonic.ui:select:1x.demo", "urn:alm:descriptor:com.tectonic.ui:select:1x.pico", "urn:alm:descriptor:com.tectonic.ui:select:1x.extra-small", "urn:alm:descriptor:com.tectonic.ui:select:1x.small", "urn:alm:descriptor:com.tectonic.ui:select:1x.medium"]),
+                    descriptor("replication.factor", "Replication factor", "Copies of each log stream; with zones, each in a different zone", &["urn:alm:descriptor:com.tectonic.ui:number"]),
+                    descriptor("replication.zones", "Zones", "Node labels that define the failure domains", &[]),
+                    descriptor("replication.zones[0].topologyKey", "Topology key", "The node label whose values are the zones", &["urn:alm:descriptor:com.tectonic.ui:text"]),
+                    descriptor("replication.zones[0].maxSkew", "Max skew", "The most pods of one component a zone may hold above another", &["urn:alm:descriptor:com.tectonic.ui:number"]),
+                    descriptor("storage.secret.name", "Object storage secret", "The Secret with the object storage credentials", &["urn:alm:descriptor:io.kubernetes:Secret"]),
+                ],
+                "statusDescriptors": [
+                    descriptor("conditions", "Conditions", "Ready, Pending, Failed, Degraded and Warning", &["urn:alm:descriptor:io.kubernetes.conditions"]),
+                    descriptor("replication.factor", "Replication factor", "The replication factor in effect", &[]),
+                    descriptor("replication.zones", "Zones found", "Zones found on eligible nodes", &[]),
+                    descriptor("replication.writeQuorum", "Write quorum", "Copies that must be written for a push to succeed", &[]),
+                    descriptor("replication.zoneFailuresTolerated", "Zone failures tolerated", "Zones that can be lost while writes succeed", &[]),
+                    descriptor("replication.ineligibleNodes", "Ineligible nodes", "Nodes not counted for zones", &[]),
+                    descriptor("replication.podsWithoutZone", "Pods without zone", "Pods whose node lacks a topology label", &[]),
+                ],
+            }]},
+            "install": {"strategy": "deployment", "spec": {
+                "clusterPermissions": [{"serviceAccountName": sa, "rules": cluster_role["rules"]}],
+                "permissions": [{"serviceAccountName": sa, "rules": role["rules"]}],
+                "deployments": [{
+                    "name": deployment["metadata"]["name"],
+                    "label": deployment["metadata"]["labels"],
+                    "spec": deployment["spec"],
+                }],
+            }},
+            "relatedImages": [
+                {"name": "loki-zone-operator", "image": operator_image},
+                {"name": "loki", "image": loki_image},
+            ],
+        },
+    });
+
+    let annotations = annotations();
+    let mut metadata = String::from("annotations:\n");
+    let mut labels = String::new();
+    for (k, v) in &annotations {
+        metadata.push_str(&format!("  {k}: {v}\n"));
+        labels.push_str(&format!("LABEL {k}={v}\n"));
+    }
+    let dockerfile = format!(
+        "# Generated by `make bundle` from manifests/; edit those, not this.\nFROM scratch\n{labels}COPY bundle/manifests /manifests/\nCOPY bundle/metadata /metadata/\n"
+    );
+    let header = "# Generated by `make bundle` from manifests/; edit those, not this.\n";
+    Ok(vec![
+        (
+            format!("bundle/manifests/{PACKAGE}.clusterserviceversion.yaml"),
+            format!("{header}{}", serde_yaml::to_string(&csv)?),
+        ),
+        (
+            "bundle/manifests/loki.grafana.com_lokistacks.yaml".into(),
+            crd_text,
+        ),
+        (
+            "bundle/metadata/annotations.yaml".into(),
+            format!("{header}{metadata}"),
+        ),
+        ("bundle.Dockerfile".into(), dockerfile),
+    ])
+}
+
+/// The bundle's annotations, which bundle.Dockerfile repeats as labels.
+pub fn annotations() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "operators.operatorframework.io.bundle.mediatype.v1",
+            "registry+v1".into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.manifests.v1",
+            "manifests/".into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.metadata.v1",
+            "metadata/".into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.package.v1",
+            PACKAGE.into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.channels.v1",
+            CHANNEL.into(),
+        ),
+        (
+            "operators.operatorframework.io.bundle.channel.default.v1",
+            CHANNEL.into(),
+        ),
+    ]
+}
+
+/// `kubectl kustomize manifests/operator`, as JSON objects.
+pub fn kustomize_operator() -> Result<Vec<Value>> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(repo_root().join("manifests/operator"))
+        .output()
+        .context("running kubectl kustomize (kubectl is needed to build the bundle)")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl kustomize manifests/operator failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8(out.stdout)?;
+    let mut docs = Vec::new();
+    for d in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(d)?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    Ok(docs)
+}
