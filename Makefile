@@ -63,6 +63,10 @@ deploy: build ## Install the operator (CRD, RBAC, Deployment) with image IMG
 undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
 	bash hack/deploy.sh undeploy
 
+.PHONY: docs
+docs: ## Regenerate docs/api.md from the CRD
+	$(CARGO) run --locked -q -p loki-zone-operator-tests --bin gen-docs
+
 .PHONY: bundle
 bundle: ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from manifests/
 	$(CARGO) run --locked -q -p loki-zone-operator-tests --bin gen-bundle

@@ -254,18 +254,25 @@ pub struct RulesSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct LokiTemplateSpec {
+    /// The compactor (always one replica).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compactor: Option<LokiComponentSpec>,
+    /// The distributors, which receive pushes and forward each stream to its ingesters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distributor: Option<LokiComponentSpec>,
+    /// The ingesters, which hold the copies of each stream; their node selector and tolerations decide which nodes count as zones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ingester: Option<LokiComponentSpec>,
+    /// The queriers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub querier: Option<LokiComponentSpec>,
+    /// The query frontends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_frontend: Option<LokiComponentSpec>,
+    /// The index gateways.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index_gateway: Option<LokiComponentSpec>,
+    /// The ruler, when spec.rules.enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ruler: Option<LokiComponentSpec>,
 }
