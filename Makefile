@@ -63,6 +63,12 @@ deploy: build ## Install the operator (CRD, RBAC, Deployment) with image IMG
 undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
 	bash hack/deploy.sh undeploy
 
+.PHONY: bench
+bench: ## Measure annotation latency, memory, idle API cost and apply time (release build)
+	$(CARGO) build --locked --release -p loki-zone-operator
+	bash hack/build-control-plane.sh >/dev/null
+	LOKI_ZONE_OPERATOR_BIN=target/release/loki-zone-operator $(CARGO) bench --locked -p loki-zone-operator-tests --bench operator
+
 .PHONY: docs
 docs: ## Regenerate docs/api.md from the CRD
 	$(CARGO) run --locked -q -p loki-zone-operator-tests --bin gen-docs

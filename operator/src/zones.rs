@@ -333,23 +333,12 @@ impl ZoneCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{LokiStackSize, ReplicationSpec, ZoneSpec};
+    use crate::api::LokiStackSize;
     use crate::defaults::effective;
-    use crate::testing::{node, stack_spec, ZONE};
+    use crate::testing::{node, zoned_spec, ZONE};
 
     fn stack(factor: i32, keys: &[&str]) -> EffectiveStack {
-        let mut spec = stack_spec(LokiStackSize::Small);
-        spec.replication = Some(ReplicationSpec {
-            factor: Some(factor),
-            zones: keys
-                .iter()
-                .map(|k| ZoneSpec {
-                    topology_key: k.to_string(),
-                    max_skew: 1,
-                })
-                .collect(),
-        });
-        effective(&spec)
+        effective(&zoned_spec(LokiStackSize::Small, factor, keys))
     }
 
     fn nodes_in(zones: &[&str]) -> Vec<Node> {
@@ -460,14 +449,7 @@ mod tests {
 
     #[test]
     fn tolerated_taints_and_node_selector_follow_the_ingester() {
-        let mut spec = stack_spec(LokiStackSize::Small);
-        spec.replication = Some(ReplicationSpec {
-            factor: Some(2),
-            zones: vec![ZoneSpec {
-                topology_key: ZONE.into(),
-                max_skew: 1,
-            }],
-        });
+        let mut spec = zoned_spec(LokiStackSize::Small, 2, &[ZONE]);
         spec.template = Some(crate::api::LokiTemplateSpec {
             ingester: Some(crate::api::LokiComponentSpec {
                 replicas: None,

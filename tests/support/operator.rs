@@ -166,6 +166,10 @@ impl Operator {
         })
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn metrics_url(&self) -> String {
         format!("http://127.0.0.1:{}/metrics", self.health_port)
     }

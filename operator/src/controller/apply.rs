@@ -116,6 +116,13 @@ impl Applier {
         memory.remove(&(namespace.to_string(), stack.to_string()));
     }
 
+    /// Drops what was remembered for stacks that no longer exist. A stack deleted without
+    /// a finalizer is never reconciled again, so this runs on every reconcile.
+    pub fn retain(&self, live: &HashSet<(String, String)>) {
+        let mut memory = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+        memory.retain(|k, _| live.contains(k));
+    }
+
     /// Applies every child, skipping those whose desired state and server version are
     /// unchanged since the last apply; then removes children no longer rendered.
     pub async fn apply(

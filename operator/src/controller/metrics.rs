@@ -156,6 +156,20 @@ impl Metrics {
         }
     }
 
+    /// Removes the series of stacks that no longer exist.
+    pub fn retain(&self, live: &std::collections::HashSet<(String, String)>) {
+        let gone: Vec<(String, String)> = {
+            let all = self
+                .true_conditions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            all.keys().filter(|k| !live.contains(*k)).cloned().collect()
+        };
+        for (ns, name) in gone {
+            self.set_stack(&ns, &name, None, None);
+        }
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -194,5 +208,17 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("stack=\"a\""), "{text}");
+    }
+
+    #[test]
+    fn deleted_stacks_lose_their_series() {
+        let m = Metrics::default();
+        m.set_stack("ns", "kept", Some(vec!["Ready".into()]), Some(3));
+        m.set_stack("ns", "deleted", Some(vec!["Ready".into()]), Some(2));
+        m.retain(&[("ns".to_string(), "kept".to_string())].into());
+        let text = m.encode();
+        assert!(text.contains("stack=\"kept\""), "{text}");
+        assert!(!text.contains("stack=\"deleted\""), "{text}");
+        assert!(text.contains("loki_zone_operator_stacks{condition=\"Ready\"} 1"), "{text}");
     }
 }

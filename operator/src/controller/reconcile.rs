@@ -5,7 +5,7 @@
 //! nothing is applied, nothing is deleted or scaled down, `observedGeneration` stays
 //! behind, and the next trigger (a node or secret change) tries again by itself.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -95,6 +95,15 @@ pub async fn reconcile(stack: Arc<LokiStack>, ctx: Arc<Context>) -> Result<Actio
     let started = Instant::now();
     let ns = stack.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = stack.name_any();
+    let live: HashSet<(String, String)> = ctx
+        .caches
+        .stacks
+        .state()
+        .iter()
+        .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
+        .collect();
+    ctx.applier.retain(&live);
+    ctx.metrics.retain(&live);
     if stack.metadata.deletion_timestamp.is_some() {
         // Kubernetes garbage-collects the children through their owner references.
         ctx.applier.forget(&ns, &name);

@@ -369,18 +369,20 @@ pub fn compute(
     }
 }
 
-/// Conditions whose status or reason changed: each gets an Event.
+/// Conditions whose status or reason changed, and new True ones: each gets an Event. A
+/// condition that first appears False (no failure yet, no warning yet) is no news.
 pub fn changed_conditions<'a>(
     old: &LokiStackStatus,
     new: &'a LokiStackStatus,
 ) -> Vec<&'a Condition> {
     new.conditions
         .iter()
-        .filter(|c| {
-            !old.conditions
-                .iter()
-                .any(|o| o.type_ == c.type_ && o.status == c.status && o.reason == c.reason)
-        })
+        .filter(
+            |c| match old.conditions.iter().find(|o| o.type_ == c.type_) {
+                Some(o) => o.status != c.status || o.reason != c.reason,
+                None => c.status == "True",
+            },
+        )
         .collect()
 }
 
@@ -573,6 +575,19 @@ mod tests {
         let second = compute(&s1, &eff, &findings, &[], &PodZones::default(), later);
         assert_eq!(first, second, "an idle resync computes an identical status");
         assert!(changed_conditions(&first, &second).is_empty());
+        // A new stack: only its True conditions are news.
+        let news: Vec<&str> = changed_conditions(&LokiStackStatus::default(), &first)
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect();
+        let true_now: Vec<&str> = first
+            .conditions
+            .iter()
+            .filter(|c| c.status == "True")
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert!(!true_now.is_empty());
+        assert_eq!(news, true_now);
     }
 
     #[test]
