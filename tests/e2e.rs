@@ -594,7 +594,9 @@ async fn pods_created_while_down_are_annotated_on_start(env: &mut Env) -> Result
     namespace(env, ns).await?;
     env.stop_operator();
     let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
-    for i in 0..3 {
+    // Enough pods that the annotator sees them before the node cache has listed,
+    // which it must wait for (a race the annotator once lost).
+    for i in 0..30 {
         let p: Pod = serde_json::from_value(json!({
             "metadata": {
                 "name": format!("zone-aware-{i}"),
@@ -602,6 +604,7 @@ async fn pods_created_while_down_are_annotated_on_start(env: &mut Env) -> Result
                 "annotations": {"loki.grafana.com/availability-zone-labels": ZONE},
             },
             "spec": {
+                "automountServiceAccountToken": false,
                 "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-operator:e2e"}],
                 "containers": [{"name": "c", "image": "busybox"}],
             },
@@ -959,6 +962,7 @@ async fn pod_on_unlabelled_node_is_named_then_annotated_when_labelled(env: &mut 
         },
         "spec": {
             "nodeName": "node-zone-b-1",
+            "automountServiceAccountToken": false,
             "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-operator:e2e"}],
             "containers": [{"name": "c", "image": "busybox"}],
         },

@@ -20,9 +20,12 @@ pub const NAMESPACE: &str = "loki-zone-operator-system";
 pub const SERVICE_ACCOUNT: &str = "loki-zone-operator";
 
 pub fn operator_bin() -> Result<PathBuf> {
-    let path = std::env::var_os("LOKI_ZONE_OPERATOR_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/debug/loki-zone-operator"));
+    // Relative to the repository root: cargo runs tests and benches from the package dir.
+    let path = repo_root().join(
+        std::env::var_os("LOKI_ZONE_OPERATOR_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("target/debug/loki-zone-operator")),
+    );
     if !path.is_file() {
         bail!("{} not found: build it first (`cargo build -p loki-zone-operator`, which `make e2e` does)", path.display());
     }

@@ -25,7 +25,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 use crate::controller::metrics::Metrics;
-use crate::controller::observe::strip_pod;
+use crate::controller::observe::{strip_pod, synced};
 use crate::controller::podzone::{decide, node_name, PodZone};
 use crate::names;
 
@@ -93,6 +93,12 @@ pub async fn run(
         bound_at: HashMap::new(),
         reported: HashSet::new(),
     };
+    // A pod seen before its node would wait for a node event that the node cache's first
+    // list does not send; so pods are looked at only once every node is known.
+    if !synced("nodes", &a.nodes).await {
+        warn!("node cache closed before it synced; the annotator stops");
+        return;
+    }
     info!("pod zone annotator started");
     loop {
         tokio::select! {

@@ -219,6 +219,9 @@ mod tests {
         let text = m.encode();
         assert!(text.contains("stack=\"kept\""), "{text}");
         assert!(!text.contains("stack=\"deleted\""), "{text}");
-        assert!(text.contains("loki_zone_operator_stacks{condition=\"Ready\"} 1"), "{text}");
+        assert!(
+            text.contains("loki_zone_operator_stacks{condition=\"Ready\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -127,7 +127,7 @@ impl Caches {
 /// Waits for a store's first full list. kube-runtime's readiness signal wakes only one
 /// waiter, and the controller's runner already waits on the LokiStack store, so this
 /// polls again every 200 ms rather than relying on being woken.
-async fn synced<K>(name: &str, store: &Store<K>) -> bool
+pub async fn synced<K>(name: &str, store: &Store<K>) -> bool
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
