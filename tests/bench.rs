@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use futures::{stream, StreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use loki_zone_operator::api::LokiStack;
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
-use loki_zone_operator_tests::repo_root;
+use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
 
 const PODS: usize = 300;
@@ -56,32 +56,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
-}
-
-async fn client_for(kubeconfig: &std::path::Path) -> Result<Client> {
-    let config = Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    Ok(Client::try_from(config)?)
-}
-
-async fn namespace_with_secret(client: &Client, ns: &str) -> Result<()> {
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
-        )
-        .await?;
-    let s: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "loki-s3"},
-        "stringData": {"bucketnames": "b", "endpoint": "e", "access_key_id": "a", "access_key_secret": "s"},
-    }))?;
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &s)
-        .await?;
-    Ok(())
 }
 
 fn stack(name: &str, size: &str, zones: bool) -> Result<LokiStack> {
@@ -227,7 +201,7 @@ async fn run() -> Result<Vec<Row>> {
     // 1. Bind -> annotated.
     println!("1. bind -> annotated, {PODS} pods over 30 nodes in 3 zones");
     let ns = "bench-annotate";
-    namespace_with_secret(&admin, ns).await?;
+    namespace_with_storage_secret(&admin, ns).await?;
     let seen = watch_pods(&admin, ns);
     create_pods(&admin, ns, "live").await?;
     eventually("live pods annotated", Duration::from_secs(180), || async {
@@ -426,7 +400,7 @@ async fn run() -> Result<Vec<Row>> {
     // 4. Apply time, over 20 stacks.
     println!("4. apply time, 20 stacks");
     let ns = "bench-apply";
-    namespace_with_secret(&admin, ns).await?;
+    namespace_with_storage_secret(&admin, ns).await?;
     let first_seen: Arc<Mutex<HashMap<(String, String), Instant>>> = Arc::default();
     let ar_list = [
         kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
@@ -572,7 +546,7 @@ async fn run() -> Result<Vec<Row>> {
     )
     .await?;
     let ns = "bench-memory";
-    namespace_with_secret(&admin, ns).await?;
+    namespace_with_storage_secret(&admin, ns).await?;
     Api::<LokiStack>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &stack("zones", "1x.small", true)?)
         .await?;

@@ -21,7 +21,7 @@ use loki_zone_operator::api::LokiStack;
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
-use loki_zone_operator_tests::repo_root;
+use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -60,12 +60,7 @@ impl Env {
 async fn setup() -> Result<Env> {
     let dir = repo_root().join(".e2e/suite");
     let cp = ControlPlane::start(&dir)?;
-    let config = Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&cp.admin_kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    let admin = Client::try_from(config)?;
+    let admin = client_for(&cp.admin_kubeconfig).await?;
     let version = admin.apiserver_version().await?;
     let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap_or(0);
     // The CRD, RBAC and operator Deployment exactly as `make deploy` applies them.
@@ -105,19 +100,7 @@ async fn wait_crd_established(client: &Client) -> Result<()> {
 }
 
 async fn namespace(env: &Env, name: &str) -> Result<()> {
-    let api: Api<Namespace> = Api::all(env.admin.clone());
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-    )
-    .await?;
-    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), name);
-    let s: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "loki-s3"},
-        "stringData": {"bucketnames": "loki", "endpoint": "http://minio:9000", "access_key_id": "id", "access_key_secret": "secret"},
-    }))?;
-    secrets.create(&PostParams::default(), &s).await?;
-    Ok(())
+    namespace_with_storage_secret(&env.admin, name).await
 }
 
 fn stack_json(name: &str, size: &str, replication: Value) -> Value {

@@ -9,21 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use kube::{Client, Config};
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::nodesim::NodeSim;
-use loki_zone_operator_tests::operator;
+use loki_zone_operator_tests::{client_for, operator};
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
-
-async fn admin_client(kubeconfig: &Path) -> Result<Client> {
-    let config = Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig)?,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await?;
-    Ok(Client::try_from(config)?)
-}
 
 fn pid_file(dir: &Path) -> PathBuf {
     dir.join("pids")
@@ -43,7 +33,7 @@ async fn up(dir: &Path) -> Result<Up> {
         );
     }
     let cp = ControlPlane::start(dir)?;
-    let client = admin_client(&cp.admin_kubeconfig).await?;
+    let client = client_for(&cp.admin_kubeconfig).await?;
     operator::deploy(&cp.admin_kubeconfig)?;
     let sim = NodeSim::new(client.clone());
     sim.install_storage_class().await?;
@@ -91,7 +81,7 @@ async fn demo(dir: &Path) -> Result<()> {
 
     println!("starting a Kubernetes 1.20 control plane with 6 simulated nodes in 3 zones ...");
     let up = up(dir).await?;
-    let client = admin_client(&up.admin_kubeconfig).await?;
+    let client = client_for(&up.admin_kubeconfig).await?;
     let log = fs::File::create(dir.join("operator.log"))?;
     let op = std::process::Command::new(operator::operator_bin()?)
         .args([
@@ -213,7 +203,7 @@ async fn demo(dir: &Path) -> Result<()> {
 }
 
 async fn simulate(kubeconfig: &Path) -> Result<()> {
-    let client = admin_client(kubeconfig).await?;
+    let client = client_for(kubeconfig).await?;
     let handles = NodeSim::new(client).run();
     futures::future::join_all(handles).await;
     Ok(())
