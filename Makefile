@@ -12,7 +12,7 @@ IMG ?= ghcr.io/loki-zone-operator/loki-zone-operator:v0.1.0
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## Build the operator and the test tools
@@ -65,9 +65,9 @@ undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
 
 .PHONY: bench
 bench: ## Measure annotation latency, memory, idle API cost and apply time (release build)
-	$(CARGO) build --locked --release -p loki-zone-operator
+	$(CARGO) build --locked --release -p loki-zone-operator -p loki-zone-operator-tests --bin loki-zone-operator --bin bench
 	bash hack/build-control-plane.sh >/dev/null
-	LOKI_ZONE_OPERATOR_BIN=target/release/loki-zone-operator $(CARGO) bench --locked -p loki-zone-operator-tests --bench operator
+	LOKI_ZONE_OPERATOR_BIN=target/release/loki-zone-operator target/release/bench
 
 .PHONY: docs
 docs: ## Regenerate docs/api.md from the CRD
