@@ -200,7 +200,19 @@ pub async fn reconcile(stack: Arc<LokiStack>, ctx: Arc<Context>) -> Result<Actio
     );
     let old = stack.status.clone().unwrap_or_default();
     if stack.status.as_ref() != Some(&new) {
-        patch_status(&ctx.client, &ns, &name, &new).await?;
+        if let Err(e) = patch_status(&ctx.client, &ns, &name, &new).await {
+            // The status cannot carry this one; an Event can (e.g. a policy rejecting it).
+            publish(
+                &ctx,
+                &stack,
+                EventType::Warning,
+                "StatusUpdateFailed",
+                "UpdateStatus",
+                e.to_string(),
+            )
+            .await;
+            return Err(e);
+        }
         for c in status::changed_conditions(&old, &new) {
             let warning = c.status == "True"
                 && matches!(
