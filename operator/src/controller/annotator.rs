@@ -38,8 +38,9 @@ enum Outcome {
     Written,
     /// The pod changed since it was read (409): look again once the cache has the change.
     Conflict,
-    /// The write failed for another reason; retried after a pause.
-    Failed,
+    /// The write failed for another reason (RBAC, an admission policy, the server);
+    /// retried after a pause. The message goes into an Event on the pod.
+    Failed(String),
     Gone,
 }
 
@@ -205,9 +206,8 @@ impl Annotator {
                 Err(kube::Error::Api(e)) if e.code == 404 => Outcome::Gone,
                 Err(kube::Error::Api(e)) if e.code == 409 => Outcome::Conflict,
                 Err(e) => {
-                    warn!(pod = %name, error = %e, "cannot write zone annotation; retrying");
                     tokio::time::sleep(RETRY_AFTER).await;
-                    Outcome::Failed
+                    Outcome::Failed(e.to_string())
                 }
             };
             let _ = done.send((r, outcome));
@@ -241,9 +241,15 @@ impl Annotator {
                     self.consider(&p).await;
                 }
             }
-            Outcome::Failed => {
+            Outcome::Failed(error) => {
                 Metrics::count(&self.metrics.annotations, "failed", 1);
                 if let Some(p) = self.pods.get(&r) {
+                    // Once per pod: the retries go on every second until the cause is fixed.
+                    let note = format!(
+                        "cannot write {}: {error}; the pod waits in Init until it can. Check the operator's RBAC (patch on pods) and admission policies",
+                        names::ANNOTATION_ZONE
+                    );
+                    self.report_once(&p, "ZoneAnnotationFailed", note).await;
                     self.consider(&p).await;
                 }
             }
