@@ -135,14 +135,6 @@ async fn create_pods(client: &Client, ns: &str, prefix: &str) -> Result<()> {
     results.into_iter().collect()
 }
 
-async fn metrics(op: &Operator) -> Result<String> {
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", &op.metrics_url()])
-        .output()
-        .await?;
-    Ok(String::from_utf8(out.stdout)?)
-}
-
 /// The upper bound of the first histogram bucket holding quantile `q`, and the count.
 fn histogram_quantile(text: &str, name: &str, q: f64) -> (f64, u64) {
     let mut buckets: Vec<(f64, f64)> = text
@@ -271,7 +263,7 @@ async fn run() -> Result<Vec<Row>> {
     );
 
     let (le, count) = histogram_quantile(
-        &metrics(&op).await?,
+        &op.metrics().await?,
         "loki_zone_operator_bind_to_annotated_seconds",
         0.99,
     );
@@ -642,10 +634,7 @@ async fn run() -> Result<Vec<Row>> {
 }
 
 fn main() -> std::process::ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match loki_zone_operator_tests::runtime() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("cannot start tokio: {e}");

@@ -530,11 +530,7 @@ async fn turning_zones_off_removes_every_zone_piece(env: &mut Env) -> Result<()>
 /// 7. The operator runs as the ServiceAccount of manifests/, whose RBAC is exactly
 /// enough: every other scenario passes with it, and it cannot delete pods, nodes or PVCs.
 async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
-    let user = format!(
-        "system:serviceaccount:{}:{}",
-        operator::NAMESPACE,
-        operator::SERVICE_ACCOUNT
-    );
+    let user = operator::service_account_user();
     let api: Api<SubjectAccessReview> = Api::all(env.admin.clone());
     let cases = [
         ("pods", "", "delete", false),
@@ -864,16 +860,12 @@ async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
 
 /// Reconciles the operator has finished, from its /metrics.
 async fn reconciles(env: &Env) -> Result<u64> {
-    let url = env
+    let text = env
         .operator
         .as_ref()
         .context("operator not running")?
-        .metrics_url();
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", &url])
-        .output()
+        .metrics()
         .await?;
-    let text = String::from_utf8(out.stdout)?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with("loki_zone_operator_reconciles_total{"))
@@ -1124,10 +1116,7 @@ fn main() -> std::process::ExitCode {
         standby_replica_takes_over_when_the_leader_stops,
         idle_resyncs_write_nothing,
     ];
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match loki_zone_operator_tests::runtime() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("cannot start tokio: {e}");

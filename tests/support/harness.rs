@@ -306,7 +306,10 @@ fn write_audit_policy(dir: &Path) -> Result<PathBuf> {
     let path = dir.join("audit-policy.yaml");
     fs::write(
         &path,
-        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [\"system:serviceaccount:loki-zone-operator-system:loki-zone-operator\"]\n- level: None\n",
+        format!(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [\"{}\"]\n- level: None\n",
+            crate::operator::service_account_user()
+        ),
     )?;
     Ok(path)
 }

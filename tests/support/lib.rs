@@ -45,3 +45,11 @@ pub async fn namespace_with_storage_secret(client: &kube::Client, ns: &str) -> a
         .await?;
     Ok(())
 }
+
+/// The multi-threaded runtime of the e2e and bench binaries (they run without a test
+/// harness, so they build their own).
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}

@@ -20,6 +20,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
+use loki_zone_operator::names;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
@@ -29,8 +30,6 @@ pub const HOSTNAME: &str = "kubernetes.io/hostname";
 pub const STORAGE_CLASS: &str = "zonal";
 pub const PROVISIONER: &str = "e2e.loki-zone-operator.dev/zonal";
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
-const INIT_CONTAINER: &str = "az-annotation-check";
-const ZONE_ANNOTATION: &str = "loki.grafana.com/availability-zone";
 
 #[derive(Clone)]
 pub struct NodeSim {
@@ -199,10 +198,10 @@ fn waits_for_zone(pod: &Pod) -> bool {
         .spec
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
-        .is_some_and(|ics| ics.iter().any(|c| c.name == INIT_CONTAINER));
+        .is_some_and(|ics| ics.iter().any(|c| c.name == names::INIT_CONTAINER_ZONE));
     let zone = pod
         .annotations()
-        .get(ZONE_ANNOTATION)
+        .get(names::ANNOTATION_ZONE)
         .is_some_and(|z| !z.is_empty());
     has_init && !zone
 }

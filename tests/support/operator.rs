@@ -19,6 +19,11 @@ use crate::repo_root;
 pub const NAMESPACE: &str = "loki-zone-operator-system";
 pub const SERVICE_ACCOUNT: &str = "loki-zone-operator";
 
+/// The user the operator's requests are authenticated as (and audited under).
+pub fn service_account_user() -> String {
+    format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}")
+}
+
 pub fn operator_bin() -> Result<PathBuf> {
     // Relative to the repository root: cargo runs tests and benches from the package dir.
     let path = repo_root().join(
@@ -173,8 +178,15 @@ impl Operator {
         self.child.as_ref().map(Child::id)
     }
 
-    pub fn metrics_url(&self) -> String {
-        format!("http://127.0.0.1:{}/metrics", self.health_port)
+    /// The operator's `/metrics` text.
+    pub async fn metrics(&self) -> Result<String> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.health_port);
+        let out = tokio::process::Command::new("curl")
+            .args(["-s", &url])
+            .output()
+            .await
+            .context("curl /metrics")?;
+        Ok(String::from_utf8(out.stdout)?)
     }
 
     pub fn stop(&mut self) {
