@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, Node, PersistentVolumeClaim, Pod, PodTemplateSpec, Secret, Service,
 };
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use loki_zone_operator::api::LokiStack;
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
@@ -40,7 +40,11 @@ struct Env {
 impl Env {
     async fn start_operator(&mut self) -> Result<()> {
         // A short resync makes the idle scenario see several resyncs in a few seconds.
-        let mut op = Operator::start(&self.operator_kubeconfig, &self.cp.dir, &["--resync", "2s"])?;
+        self.start_operator_with(&["--resync", "2s"]).await
+    }
+
+    async fn start_operator_with(&mut self, args: &[&str]) -> Result<()> {
+        let mut op = Operator::start(&self.operator_kubeconfig, &self.cp.dir, args)?;
         op.wait_ready(Duration::from_secs(60)).await?;
         self.operator = Some(op);
         Ok(())
@@ -1093,6 +1097,61 @@ macro_rules! scenarios {
     };
 }
 
+/// 16. A failed apply (a ResourceQuota that forbids Services) shows as Degraded
+/// `ApplyFailed` and is retried with the error backoff: once the quota is gone, the stack
+/// is applied within seconds, although the operator's resync is 10 minutes and nothing
+/// the operator watches changes.
+async fn apply_failure_is_retried_with_the_error_backoff(env: &mut Env) -> Result<()> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    env.stop_operator();
+    env.start_operator_with(&["--resync", "10m"]).await?;
+    let result = async {
+        let ns = "e2e-backoff";
+        namespace(env, ns).await?;
+        let quotas: Api<ResourceQuota> = Api::namespaced(env.admin.clone(), ns);
+        let quota =
+            json!({"metadata": {"name": "no-services"}, "spec": {"hard": {"services": "0"}}});
+        quotas
+            .create(&PostParams::default(), &serde_json::from_value(quota)?)
+            .await?;
+        // Admission enforces a quota once its controller has computed the usage.
+        eventually("the quota enforced", WAIT, || async {
+            let q = quotas.get("no-services").await?;
+            Ok(q.status.and_then(|s| s.hard).map(|_| ()))
+        })
+        .await?;
+        create_stack(env, ns, stack_json("s", "1x.demo", Value::Null)).await?;
+        let s = wait_condition(env, ns, "s", "Degraded", Some("ApplyFailed")).await?;
+        let msg = &condition(&s, "Degraded").context("degraded")?.message;
+        ensure!(
+            msg.contains("Service"),
+            "message does not name the object: {msg}"
+        );
+        // Writing that condition re-runs the stack once (its own watch event), and that run
+        // fails too; only then is the error backoff the one thing left to retry it.
+        let failed_runs = || env.operator_log().matches("reconcile failed").count();
+        eventually("the re-run after the status write", WAIT, || async {
+            Ok((failed_runs() >= 2).then_some(()))
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        quotas
+            .delete("no-services", &DeleteParams::default())
+            .await?;
+        let freed = Instant::now();
+        wait_condition(env, ns, "s", "Ready", Some("ReadyComponents")).await?;
+        let took = freed.elapsed();
+        println!("    applied {took:.1?} after the quota was removed (resync 10m)");
+        // The error backoff is 10 s; a retry at the resync would take 10 minutes.
+        ensure!(took < Duration::from_secs(60), "retried after {took:?}");
+        Ok(())
+    }
+    .await;
+    env.stop_operator();
+    env.start_operator().await?;
+    result
+}
+
 fn main() -> std::process::ExitCode {
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -1114,6 +1173,7 @@ fn main() -> std::process::ExitCode {
         pod_on_unlabelled_node_is_named_then_annotated_when_labelled,
         disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone,
         standby_replica_takes_over_when_the_leader_stops,
+        apply_failure_is_retried_with_the_error_backoff,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

@@ -85,7 +85,20 @@ impl Component {
         format!("{stack}-{}-grpc", self.name())
     }
 
-    fn template(self, spec: &LokiStackSpec) -> Option<&LokiComponentSpec> {
+    /// The component's field under `spec.template`.
+    pub fn spec_field(self) -> &'static str {
+        match self {
+            Component::Compactor => "compactor",
+            Component::Distributor => "distributor",
+            Component::Ingester => "ingester",
+            Component::Querier => "querier",
+            Component::QueryFrontend => "queryFrontend",
+            Component::IndexGateway => "indexGateway",
+            Component::Ruler => "ruler",
+        }
+    }
+
+    pub fn template(self, spec: &LokiStackSpec) -> Option<&LokiComponentSpec> {
         let t = spec.template.as_ref()?;
         match self {
             Component::Compactor => t.compactor.as_ref(),
@@ -226,6 +239,14 @@ pub fn replication_factor(spec: &LokiStackSpec) -> i32 {
         .or(spec.replication_factor)
         .filter(|f| *f >= 1)
         .unwrap_or_else(|| default_replication_factor(spec.size))
+}
+
+/// Whether the stack spreads copies over zones: `spec.replication.zones` is not empty.
+/// The single definition; [`EffectiveStack::zone_aware`] and the node triggers use it.
+pub fn zone_aware(spec: &LokiStackSpec) -> bool {
+    spec.replication
+        .as_ref()
+        .is_some_and(|r| !r.zones.is_empty())
 }
 
 /// Resolves every default. Pure; the static rules of [`crate::validate`] are checked before.

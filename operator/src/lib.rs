@@ -7,8 +7,10 @@
 
 pub mod api;
 pub mod cli;
+pub mod conditions;
 pub mod controller;
 pub mod defaults;
+pub mod kinds;
 pub mod names;
 pub mod render;
 pub mod storage;

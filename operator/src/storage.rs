@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::api::ObjectStorageSecretType;
+use crate::conditions::Reason;
 use crate::names;
 
 /// One field of Loki's object store config and the Secret key that feeds it.
@@ -140,11 +141,11 @@ pub enum StorageSecretError {
 }
 
 impl StorageSecretError {
-    /// The status condition reason (REFERENCE.md).
-    pub fn reason(&self) -> &'static str {
+    /// The Degraded condition's reason, as the Go Loki Operator names it.
+    pub fn reason(&self) -> Reason {
         match self {
-            StorageSecretError::Missing { .. } => "MissingObjectStorageSecret",
-            StorageSecretError::InvalidKeys { .. } => "InvalidObjectStorageSecret",
+            StorageSecretError::Missing { .. } => Reason::MissingObjectStorageSecret,
+            StorageSecretError::InvalidKeys { .. } => Reason::InvalidObjectStorageSecret,
         }
     }
 }
@@ -207,7 +208,7 @@ mod tests {
     #[test]
     fn missing_secret_names_the_keys_to_create() {
         let e = check_secret(ObjectStorageSecretType::S3, "s", "ns", None).unwrap_err();
-        assert_eq!(e.reason(), "MissingObjectStorageSecret");
+        assert_eq!(e.reason(), Reason::MissingObjectStorageSecret);
         assert!(
             e.to_string()
                 .contains("endpoint, bucketnames, access_key_id, access_key_secret"),
@@ -223,7 +224,7 @@ mod tests {
             ("access_key_id", "a"),
         ]);
         let e = check_secret(ObjectStorageSecretType::S3, "s", "ns", Some(&s)).unwrap_err();
-        assert_eq!(e.reason(), "InvalidObjectStorageSecret");
+        assert_eq!(e.reason(), Reason::InvalidObjectStorageSecret);
         assert!(
             e.to_string()
                 .contains("lacks keys required for type s3: bucketnames, access_key_secret"),

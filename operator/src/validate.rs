@@ -1,4 +1,4 @@
-//! The static rules of SPEC.md section 1, checked in the reconciler.
+//! The static rules of a LokiStack spec, checked in the reconciler.
 //!
 //! The CRD enforces the same rules at admission (OpenAPI constraints and CEL). API servers
 //! older than 1.25 ignore CEL, and a stack may predate a rule, so the reconciler checks
@@ -8,9 +8,10 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::api::{
-    LokiStackSpec, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN, RULE_REPLICATION_EXCLUSIVE_MSG,
-    RULE_UNIQUE_KEYS_MSG,
+    LokiStackSpec, ZoneSpec, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN,
+    RULE_REPLICATION_EXCLUSIVE_MSG, RULE_UNIQUE_KEYS_MSG,
 };
+use crate::defaults::Component;
 
 /// One violated rule: the field's path and what to change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +81,27 @@ fn is_date(s: &str) -> bool {
 /// Every static rule; an empty result means the spec is valid.
 pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
     let mut errors = Vec::new();
+    replication(spec, &mut errors);
+    if let Some(r) = &spec.replication {
+        zones(&r.zones, &mut errors);
+    }
+    storage(spec, &mut errors);
+    for c in Component::ALL {
+        if let Some(r) = c.template(spec).and_then(|t| t.replicas).filter(|r| *r < 0) {
+            errors.push(err(
+                format!("spec.template.{}.replicas", c.spec_field()),
+                format!("must not be negative, got {r}"),
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(InvalidSpec(errors))
+    }
+}
+
+fn replication(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
     if spec.replication.is_some() && spec.replication_factor.is_some() {
         errors.push(err(
             "spec.replicationFactor",
@@ -92,43 +114,51 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
             format!("must be at least 1, got {f}"),
         ));
     }
-    if let Some(r) = &spec.replication {
-        if let Some(f) = r.factor.filter(|f| *f < 1) {
+    if let Some(f) = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.factor)
+        .filter(|f| *f < 1)
+    {
+        errors.push(err(
+            "spec.replication.factor",
+            format!("must be at least 1, got {f}"),
+        ));
+    }
+}
+
+fn zones(zones: &[ZoneSpec], errors: &mut Vec<FieldError>) {
+    if zones.len() > MAX_ZONE_ENTRIES {
+        errors.push(err(
+            "spec.replication.zones",
+            format!("at most {MAX_ZONE_ENTRIES} entries, got {}", zones.len()),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, z) in zones.iter().enumerate() {
+        let field = format!("spec.replication.zones[{i}]");
+        if z.topology_key.len() > QUALIFIED_NAME_MAX_LEN || !is_qualified_name(&z.topology_key) {
             errors.push(err(
-                "spec.replication.factor",
-                format!("must be at least 1, got {f}"),
+                format!("{field}.topologyKey"),
+                format!(
+                    "{:?} is not a valid label name ([prefix/]name, e.g. topology.kubernetes.io/zone)",
+                    z.topology_key
+                ),
             ));
         }
-        if r.zones.len() > MAX_ZONE_ENTRIES {
-            errors.push(err(
-                "spec.replication.zones",
-                format!("at most {MAX_ZONE_ENTRIES} entries, got {}", r.zones.len()),
-            ));
+        if !seen.insert(z.topology_key.as_str()) {
+            errors.push(err(format!("{field}.topologyKey"), RULE_UNIQUE_KEYS_MSG));
         }
-        let mut seen = BTreeSet::new();
-        for (i, z) in r.zones.iter().enumerate() {
-            let field = format!("spec.replication.zones[{i}]");
-            if z.topology_key.len() > QUALIFIED_NAME_MAX_LEN || !is_qualified_name(&z.topology_key)
-            {
-                errors.push(err(
-                    format!("{field}.topologyKey"),
-                    format!(
-                        "{:?} is not a valid label name ([prefix/]name, e.g. topology.kubernetes.io/zone)",
-                        z.topology_key
-                    ),
-                ));
-            }
-            if !seen.insert(z.topology_key.as_str()) {
-                errors.push(err(format!("{field}.topologyKey"), RULE_UNIQUE_KEYS_MSG));
-            }
-            if z.max_skew < 1 {
-                errors.push(err(
-                    format!("{field}.maxSkew"),
-                    format!("must be at least 1, got {}", z.max_skew),
-                ));
-            }
+        if z.max_skew < 1 {
+            errors.push(err(
+                format!("{field}.maxSkew"),
+                format!("must be at least 1, got {}", z.max_skew),
+            ));
         }
     }
+}
+
+fn storage(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
     if spec.storage.secret.name.is_empty() {
         errors.push(err(
             "spec.storage.secret.name",
@@ -147,36 +177,12 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
             errors.push(err(&field, "two schema periods start on the same date"));
         }
     }
-    if let Some(t) = &spec.template {
-        let overrides = [
-            ("compactor", &t.compactor),
-            ("distributor", &t.distributor),
-            ("ingester", &t.ingester),
-            ("querier", &t.querier),
-            ("queryFrontend", &t.query_frontend),
-            ("indexGateway", &t.index_gateway),
-            ("ruler", &t.ruler),
-        ];
-        for (name, c) in overrides {
-            if let Some(r) = c.as_ref().and_then(|c| c.replicas).filter(|r| *r < 0) {
-                errors.push(err(
-                    format!("spec.template.{name}.replicas"),
-                    format!("must not be negative, got {r}"),
-                ));
-            }
-        }
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(InvalidSpec(errors))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{LokiStackSize, ReplicationSpec, ZoneSpec};
+    use crate::api::{LokiStackSize, ReplicationSpec};
     use crate::testing::{stack_spec, ZONE};
 
     #[test]

@@ -7,6 +7,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
+use crate::conditions::Reason;
 use crate::defaults::{Component, EffectiveStack};
 use crate::names;
 
@@ -150,13 +151,13 @@ impl ZoneVerdict {
         )
     }
 
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> Reason {
         match self {
-            ZoneVerdict::Ok => "ZonesSufficient",
-            ZoneVerdict::NoZoneFailureTolerance => "NoZoneFailureTolerance",
-            ZoneVerdict::ZoneLabelMissing => "ZoneLabelMissing",
-            ZoneVerdict::ZoneLabelEmpty => "ZoneLabelEmpty",
-            ZoneVerdict::ZonesInsufficient => "ZonesInsufficient",
+            ZoneVerdict::Ok => Reason::ZonesSufficient,
+            ZoneVerdict::NoZoneFailureTolerance => Reason::NoZoneFailureTolerance,
+            ZoneVerdict::ZoneLabelMissing => Reason::ZoneLabelMissing,
+            ZoneVerdict::ZoneLabelEmpty => Reason::ZoneLabelEmpty,
+            ZoneVerdict::ZonesInsufficient => Reason::ZonesInsufficient,
         }
     }
 }

@@ -1,7 +1,8 @@
-//! The pod zone annotator (SPEC.md section 4).
+//! The pod zone annotator.
 //!
-//! It watches only pods labelled `loki.grafana.com/zone-aware=enabled` and reads nodes
-//! from the shared node cache, so its memory does not grow with unrelated pods. Once a
+//! It looks only at pods labelled `loki.grafana.com/zone-aware=enabled`, which the shared
+//! pod cache sends it, and reads nodes from the shared node cache: it caches nothing of
+//! its own. Once a
 //! pod is bound, it writes `loki.grafana.com/availability-zone` once, with a merge patch
 //! carrying the pod's resourceVersion: a pod that changed in between is looked at again
 //! rather than overwritten, and a zone already set is never rewritten. It runs apart from
@@ -12,20 +13,18 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
+use crate::controller::caches::{is_zone_aware, synced, PodChange};
 use crate::controller::metrics::Metrics;
-use crate::controller::observe::{strip_pod, synced};
 use crate::controller::podzone::{decide, node_name, PodZone};
 use crate::names;
 
@@ -60,31 +59,25 @@ struct Annotator {
     reported: HashSet<(String, String)>,
 }
 
-pub async fn run(
-    client: Client,
-    nodes: Store<Node>,
-    mut node_changes: UnboundedReceiver<String>,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-) {
-    let (reader, writer) = reflector::store();
-    let selector = format!(
-        "{}={}",
-        names::LABEL_ZONE_AWARE,
-        names::LABEL_ZONE_AWARE_VALUE
-    );
-    let stream = watcher(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().labels(&selector),
-    )
-    .default_backoff()
-    .modify(strip_pod)
-    .reflect(writer);
-    futures::pin_mut!(stream);
+/// The annotator's inputs: the shared caches, and the changes the caches report.
+pub struct Inputs {
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub pod_changes: UnboundedReceiver<PodChange>,
+    pub node_changes: UnboundedReceiver<String>,
+}
+
+pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Arc<Metrics>) {
+    let Inputs {
+        pods,
+        nodes,
+        mut pod_changes,
+        mut node_changes,
+    } = inputs;
     let (done, mut done_rx) = mpsc::unbounded_channel();
     let mut a = Annotator {
         client,
-        pods: reader,
+        pods,
         nodes,
         recorder,
         metrics,
@@ -103,16 +96,14 @@ pub async fn run(
     info!("pod zone annotator started");
     loop {
         tokio::select! {
-            ev = stream.next() => match ev {
-                Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => a.consider(&p).await,
-                Some(Ok(watcher::Event::Delete(p))) => a.forget(&p),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => warn!(error = %e, "pod watch error; retrying with backoff"),
+            change = pod_changes.recv() => match change {
+                Some(PodChange::Changed(p)) => a.consider(&p).await,
+                Some(PodChange::Deleted(p)) => a.forget(&p),
                 None => break,
             },
             Some(node) = node_changes.recv() => {
                 // A node that appeared late, or whose labels were fixed: its waiting pods.
-                for p in a.pods.state_filter(|p| node_name(p) == Some(node.as_str())) {
+                for p in a.pods.state_filter(|p| is_zone_aware(p) && node_name(p) == Some(node.as_str())) {
                     a.consider(&p).await;
                 }
             }

@@ -11,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::conditions::ConditionType;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
@@ -46,7 +48,7 @@ impl Default for Metrics {
         let reconciles = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reconciles",
-            "Reconciles of LokiStacks, by result (ok, error, held_back)",
+            "Reconciles of LokiStacks, by result: ok, held_back, or the step that failed (observe_failed, plan_failed, apply_failed, status_failed)",
             reconciles.clone(),
         );
         // 1 ms .. ~16 s
@@ -147,12 +149,12 @@ impl Metrics {
                 *counts.entry(c.as_str()).or_default() += 1;
             }
         }
-        for t in crate::controller::status::CONDITION_TYPES {
+        for t in ConditionType::ALL {
             self.stacks_by_condition
                 .get_or_create(&ConditionLabel {
                     condition: t.to_string(),
                 })
-                .set(counts.get(t).copied().unwrap_or(0));
+                .set(counts.get(t.as_str()).copied().unwrap_or(0));
         }
     }
 

@@ -3,11 +3,14 @@
 
 pub mod annotator;
 pub mod apply;
+pub mod caches;
 pub mod leader;
 pub mod metrics;
 pub mod observe;
+pub mod plan;
 pub mod podzone;
 pub mod reconcile;
+pub mod report;
 pub mod server;
 pub mod status;
 
@@ -21,9 +24,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::Api;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::Client;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{error, info};
 
@@ -116,6 +122,18 @@ async fn wait_for_crd(client: &Client, shutdown: &watch::Receiver<bool>) -> Resu
     }
 }
 
+/// Asks the server its version: what it can take decides a few rendered fields.
+async fn capabilities(client: &Client) -> Result<ServerCapabilities, RunError> {
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(RunError::Version)?;
+    let caps = ServerCapabilities::parse(&format!("{}.{}", version.major, version.minor))
+        .unwrap_or(ServerCapabilities::MODERN);
+    info!(version = %version.git_version, capabilities = ?caps, "connected to the API server");
+    Ok(caps)
+}
+
 pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
@@ -126,16 +144,8 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
         ready.clone(),
     ));
     let shutdown = shutdown_signal();
-
     wait_for_crd(&client, &shutdown).await?;
-    let version = client
-        .apiserver_version()
-        .await
-        .map_err(RunError::Version)?;
-    let capabilities = ServerCapabilities::parse(&format!("{}.{}", version.major, version.minor))
-        .unwrap_or(ServerCapabilities::MODERN);
-    info!(version = %version.git_version, ?capabilities, "connected to the API server");
-
+    let capabilities = capabilities(&client).await?;
     let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
     if let Some(e) = &elector {
         tokio::select! {
@@ -143,22 +153,6 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
             _ = stopped(shutdown.clone()) => return Ok(()),
         }
     }
-
-    let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (node_tx, node_rx) = tokio::sync::mpsc::unbounded_channel();
-    let controller = Controller::new(
-        Api::<LokiStack>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(controller::Config::default().debounce(Duration::from_millis(100)));
-    let kinds = observe::child_kinds(&capabilities);
-    let (caches, tasks) = observe::start(
-        &client,
-        controller.store(),
-        &capabilities,
-        trigger_tx,
-        node_tx,
-    );
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -166,39 +160,7 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
             instance: Some(cfg.identity.clone()),
         },
     );
-    let annotator = tokio::spawn(annotator::run(
-        client.clone(),
-        caches.nodes.clone(),
-        node_rx,
-        recorder.clone(),
-        metrics.clone(),
-    ));
-    {
-        let caches = caches.clone();
-        let ready = ready.clone();
-        tokio::spawn(async move {
-            if caches.wait_until_ready().await {
-                info!("caches synced");
-                ready.store(true, Ordering::Relaxed);
-            }
-        });
-    }
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        caches,
-        applier: apply::Applier::new(client.clone(), kinds),
-        settings: cfg.settings,
-        capabilities,
-        recorder,
-        metrics,
-        resync: cfg.resync,
-    });
-    let run_controller = controller
-        .reconcile_on(UnboundedReceiverStream::new(trigger_rx))
-        .graceful_shutdown_on(stopped(shutdown.clone()))
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()));
-
+    let running = start(&client, &cfg, capabilities, recorder, metrics, ready);
     let hold = async {
         match &elector {
             Some(e) => e.hold().await,
@@ -206,15 +168,14 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
         }
     };
     let result = tokio::select! {
-        _ = run_controller => Ok(()),
+        _ = running.controller.run(stopped(shutdown.clone())) => Ok(()),
         lost = hold => Err(RunError::Leader(lost)),
         served = server => match served {
             Ok(Err(e)) => Err(RunError::Server(e)),
             _ => Ok(()),
         },
     };
-    annotator.abort();
-    for t in tasks {
+    for t in running.tasks {
         t.abort();
     }
     if let Some(e) = &elector {
@@ -222,4 +183,89 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     }
     info!("stopped");
     result
+}
+
+/// The LokiStack controller, ready to run, and the background tasks feeding it.
+struct Running {
+    controller: StackController,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+struct StackController {
+    controller: Controller<LokiStack>,
+    triggers: UnboundedReceiver<ObjectRef<LokiStack>>,
+    ctx: Arc<Context>,
+}
+
+impl StackController {
+    async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+        self.controller
+            .reconcile_on(UnboundedReceiverStream::new(self.triggers))
+            .graceful_shutdown_on(shutdown)
+            .run(reconcile, error_policy, self.ctx)
+            .for_each(|_| futures::future::ready(()))
+            .await
+    }
+}
+
+/// Starts the caches and the pod annotator, and builds the controller over them.
+fn start(
+    client: &Client,
+    cfg: &RunConfig,
+    capabilities: ServerCapabilities,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    ready: Arc<AtomicBool>,
+) -> Running {
+    let (stack_tx, stack_rx) = mpsc::unbounded_channel();
+    let (node_tx, node_rx) = mpsc::unbounded_channel();
+    let (pod_tx, pod_rx) = mpsc::unbounded_channel();
+    let controller = Controller::new(
+        Api::<LokiStack>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .with_config(controller::Config::default().debounce(Duration::from_millis(100)));
+    let triggers = caches::Triggers {
+        stacks: stack_tx,
+        nodes: node_tx,
+        zone_aware_pods: pod_tx,
+    };
+    let (caches, mut tasks) = caches::start(client, controller.store(), &capabilities, triggers);
+    let inputs = annotator::Inputs {
+        pods: caches.zone_aware_pods.clone(),
+        nodes: caches.nodes.clone(),
+        pod_changes: pod_rx,
+        node_changes: node_rx,
+    };
+    tasks.push(tokio::spawn(annotator::run(
+        client.clone(),
+        inputs,
+        recorder.clone(),
+        metrics.clone(),
+    )));
+    let synced = caches.clone();
+    tasks.push(tokio::spawn(async move {
+        if synced.wait_until_ready().await {
+            info!("caches synced");
+            ready.store(true, Ordering::Relaxed);
+        }
+    }));
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        caches,
+        applier: apply::Applier::new(client.clone(), capabilities),
+        settings: cfg.settings.clone(),
+        capabilities,
+        recorder,
+        metrics,
+        resync: cfg.resync,
+    });
+    Running {
+        controller: StackController {
+            controller,
+            triggers: stack_rx,
+            ctx,
+        },
+        tasks,
+    }
 }

@@ -1,4 +1,6 @@
-//! Status: a pure function of what the reconcile found and what the caches hold.
+//! Status, the last step of a reconcile: a pure function of the stack, its snapshot, the
+//! plan and what the apply step did. It is written once per reconcile, and only when it
+//! differs from what the stack already shows.
 
 use std::collections::BTreeMap;
 
@@ -9,68 +11,43 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::{
     LokiStack, LokiStackComponentStatus, LokiStackStatus, PodStatusMap, ReplicationStatus,
 };
+use crate::conditions::{status_str, ConditionType, PodPhase, Reason};
+use crate::controller::observe::Snapshot;
+use crate::controller::plan::Plan;
 use crate::controller::podzone::{decide, PodZone};
 use crate::defaults::{Component, EffectiveStack};
 use crate::names;
-use crate::storage::StorageSecretError;
-use crate::validate::InvalidSpec;
-use crate::zones::{name_list, write_quorum, ZoneCheck, ZoneVerdict};
+use crate::zones::{name_list, write_quorum, ZoneVerdict};
 
-pub const READY: &str = "Ready";
-pub const PENDING: &str = "Pending";
-pub const FAILED: &str = "Failed";
-pub const DEGRADED: &str = "Degraded";
-pub const WARNING: &str = "Warning";
-pub const CONDITION_TYPES: [&str; 5] = [READY, PENDING, FAILED, DEGRADED, WARNING];
-
-/// What one reconcile found, step by step.
-#[derive(Debug, Default)]
-pub struct Findings {
-    pub invalid: Option<InvalidSpec>,
-    pub secret: Option<StorageSecretError>,
-    pub zone: Option<ZoneCheck>,
-    /// An apply that failed: what to show the user.
-    pub apply_error: Option<String>,
-    /// Whether this reconcile applied the current generation.
-    pub applied: bool,
+/// What the apply step did with the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The plan held the spec back; nothing was sent.
+    HeldBack,
+    /// Every child of the current generation is applied.
+    Applied,
+    /// The apply failed: what to show the user.
+    Failed(String),
 }
 
-impl Findings {
-    /// The Degraded reason and message, if the stack is held back.
-    pub fn degraded(&self) -> Option<(&'static str, String)> {
-        if let Some(e) = &self.invalid {
-            return Some(("InvalidSpec", format!("{e}. Fix the LokiStack spec")));
-        }
-        if let Some(e) = &self.secret {
-            return Some((e.reason(), e.to_string()));
-        }
-        if let Some(z) = self.zone.as_ref().filter(|z| z.verdict.is_degraded()) {
-            return Some((z.verdict.reason(), z.message()));
-        }
-        if let Some(e) = &self.apply_error {
-            return Some(("ApplyFailed", e.clone()));
-        }
-        None
-    }
-}
-
-/// The phase a pod shows in `status.components` (REFERENCE.md).
-pub fn pod_phase(pod: &Pod) -> &'static str {
+/// The phase a pod shows in `status.components`: the pod's phase, with a running pod
+/// whose Ready condition is True shown as Ready.
+pub fn pod_phase(pod: &Pod) -> PodPhase {
     let status = pod.status.as_ref();
     match status.and_then(|s| s.phase.as_deref()) {
-        Some("Failed") => FAILED,
+        Some("Failed") => PodPhase::Failed,
         Some("Running") => {
             let ready = status
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             if ready {
-                READY
+                PodPhase::Ready
             } else {
-                "Running"
+                PodPhase::Running
             }
         }
-        Some("Succeeded") => "Succeeded",
-        _ => PENDING,
+        Some("Succeeded") => PodPhase::Succeeded,
+        _ => PodPhase::Pending,
     }
 }
 
@@ -124,16 +101,10 @@ pub struct PodZones {
 
 pub fn pod_zones<'a>(pods: &[&Pod], node: impl Fn(&str) -> Option<&'a Node>) -> PodZones {
     let mut out = PodZones::default();
-    for pod in pods {
-        let zone_aware = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(names::LABEL_ZONE_AWARE))
-            .is_some();
-        if !zone_aware {
-            continue;
-        }
+    for pod in pods
+        .iter()
+        .filter(|p| crate::controller::caches::is_zone_aware(p))
+    {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let node_obj = crate::controller::podzone::node_name(pod).and_then(&node);
         match decide(pod, node_obj) {
@@ -153,70 +124,86 @@ pub fn pod_zones<'a>(pods: &[&Pod], node: impl Fn(&str) -> Option<&'a Node>) -> 
     out
 }
 
-fn condition(
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    Condition {
-        type_: type_.to_string(),
-        status: if status { "True" } else { "False" }.to_string(),
-        reason: reason.to_string(),
-        message,
-        observed_generation: generation,
-        last_transition_time: now.clone(),
+/// Pod counts over every component, by what the conditions need.
+#[derive(Clone, Copy)]
+struct Counts {
+    failed: usize,
+    /// Pending, or running but not ready yet.
+    pending: usize,
+    /// Every component has at least its desired replicas Ready.
+    all_ready: bool,
+}
+
+impl Counts {
+    fn of(by_component: &BTreeMap<Component, PodStatusMap>, eff: &EffectiveStack) -> Counts {
+        let count = |phase: PodPhase| {
+            by_component
+                .values()
+                .map(|m| m.get(phase.as_str()).map_or(0, Vec::len))
+                .sum::<usize>()
+        };
+        let all_ready = eff.components.iter().all(|c| {
+            let ready = by_component
+                .get(&c.component)
+                .and_then(|m| m.get(PodPhase::Ready.as_str()))
+                .map_or(0, Vec::len);
+            ready >= usize::try_from(c.replicas).unwrap_or(0)
+        });
+        Counts {
+            failed: count(PodPhase::Failed),
+            pending: count(PodPhase::Pending) + count(PodPhase::Running),
+            all_ready,
+        }
     }
 }
 
-/// Computes the whole status. `now` is only used for conditions whose status changes:
-/// an unchanged condition keeps its transition time, so an idle resync computes an
-/// identical status and sends nothing.
-pub fn compute(
-    stack: &LokiStack,
-    eff: &EffectiveStack,
-    findings: &Findings,
-    pods: &[&Pod],
-    pod_zones: &PodZones,
-    now: Timestamp,
-) -> LokiStackStatus {
-    let now = Time(now);
-    let generation = stack.metadata.generation;
-    let previous = stack.status.clone().unwrap_or_default();
-    let by_component = components(pods);
+/// Builds conditions of one generation at one instant.
+struct Stamp {
+    generation: Option<i64>,
+    now: Time,
+}
 
-    let degraded = findings.degraded();
-    let count = |phase: &str| {
-        by_component
-            .values()
-            .map(|m| m.get(phase).map_or(0, Vec::len))
-            .sum::<usize>()
-    };
-    let failed = count(FAILED);
-    let pending = count(PENDING) + count("Running");
-    let all_ready = eff.components.iter().all(|c| {
-        let ready = by_component
-            .get(&c.component)
-            .and_then(|m| m.get(READY))
-            .map_or(0, Vec::len);
-        ready >= usize::try_from(c.replicas).unwrap_or(0)
-    });
-    let current_applied =
-        findings.applied || (previous.observed_generation == generation && degraded.is_none());
+impl Stamp {
+    fn condition(
+        &self,
+        type_: ConditionType,
+        status: bool,
+        reason: Reason,
+        message: impl Into<String>,
+    ) -> Condition {
+        Condition {
+            type_: type_.to_string(),
+            status: status_str(status).to_string(),
+            reason: reason.to_string(),
+            message: message.into(),
+            observed_generation: self.generation,
+            last_transition_time: self.now.clone(),
+        }
+    }
+}
 
-    let mut warnings: Vec<(&str, String)> = Vec::new();
-    if let Some(z) = findings
+/// The Degraded reason and message: a finding that holds the spec back, else a failed
+/// apply.
+fn degraded(plan: &Plan, outcome: &Outcome) -> Option<(Reason, String)> {
+    plan.findings.degraded().or(match outcome {
+        Outcome::Failed(e) => Some((Reason::ApplyFailed, e.clone())),
+        _ => None,
+    })
+}
+
+fn warnings(plan: &Plan, pod_zones: &PodZones) -> Vec<(Reason, String)> {
+    let mut out = Vec::new();
+    if let Some(z) = plan
+        .findings
         .zone
         .as_ref()
         .filter(|z| z.verdict == ZoneVerdict::NoZoneFailureTolerance)
     {
-        warnings.push((z.verdict.reason(), z.message()));
+        out.push((z.verdict.reason(), z.message()));
     }
     if !pod_zones.without_zone.is_empty() {
-        warnings.push((
-            "PodZoneUnknown",
+        out.push((
+            Reason::PodZoneUnknown,
             format!(
                 "pods wait for a zone because their node lacks a topology label: {}. Label the nodes; the pods are annotated as soon as they are",
                 name_list(&pod_zones.without_zone)
@@ -224,123 +211,153 @@ pub fn compute(
         ));
     }
     if !pod_zones.drifted.is_empty() {
-        warnings.push((
-            "ZoneLabelChanged",
+        out.push((
+            Reason::ZoneLabelChanged,
             format!(
                 "node topology labels changed after these pods started; they keep the zone Loki read at start: {}. Restart the pods to move them to their node's new zone",
                 name_list(&pod_zones.drifted)
             ),
         ));
     }
+    out
+}
 
+/// Computes the whole status. `now` is only used for conditions whose status changes:
+/// an unchanged condition keeps its transition time, so an idle resync computes an
+/// identical status and sends nothing.
+pub fn compute(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    outcome: &Outcome,
+    now: Timestamp,
+) -> LokiStackStatus {
+    let previous = stack.status.clone().unwrap_or_default();
+    let generation = stack.metadata.generation;
+    let pods = snapshot.pod_refs();
+    let by_component = components(&pods);
+    let pod_zones = pod_zones(&pods, |n| snapshot.node(n));
+    let degraded = degraded(plan, outcome);
+    let applied = *outcome == Outcome::Applied;
+    // A spec applied by an earlier reconcile counts as long as nothing degrades it.
+    let current_applied =
+        applied || (previous.observed_generation == generation && degraded.is_none());
+    let stamp = Stamp {
+        generation,
+        now: Time(now),
+    };
+    let desired = conditions(
+        &stamp,
+        &Counts::of(&by_component, &plan.eff),
+        current_applied,
+        degraded,
+        &warnings(plan, &pod_zones),
+    );
+    LokiStackStatus {
+        conditions: keep_transition_times(desired, &previous.conditions),
+        components: Some(component_status(&by_component)),
+        replication: Some(replication(plan, &pod_zones)),
+        observed_generation: if applied {
+            generation
+        } else {
+            previous.observed_generation
+        },
+    }
+}
+
+fn conditions(
+    stamp: &Stamp,
+    counts: &Counts,
+    current_applied: bool,
+    degraded: Option<(Reason, String)>,
+    warnings: &[(Reason, String)],
+) -> Vec<Condition> {
+    use ConditionType as T;
+    let Counts {
+        failed,
+        pending,
+        all_ready,
+    } = *counts;
     let ready = degraded.is_none() && current_applied && all_ready && failed == 0 && pending == 0;
-    let desired = [
+    let waiting = pending > 0 || (!all_ready && degraded.is_none());
+    vec![
         if ready {
-            condition(
-                READY,
+            stamp.condition(
+                T::Ready,
                 true,
-                "ReadyComponents",
-                "all components are ready".into(),
-                generation,
-                &now,
+                Reason::ReadyComponents,
+                "all components are ready",
             )
         } else {
-            condition(
-                READY,
+            stamp.condition(
+                T::Ready,
                 false,
-                "ComponentsNotReady",
-                "some components are not ready, or the current spec is not applied".into(),
-                generation,
-                &now,
+                Reason::ComponentsNotReady,
+                "some components are not ready, or the current spec is not applied",
             )
         },
-        if pending > 0 || (!all_ready && degraded.is_none()) {
-            condition(
-                PENDING,
+        if waiting {
+            stamp.condition(
+                T::Pending,
                 true,
-                "PendingComponents",
-                "some pods are pending or not ready yet".into(),
-                generation,
-                &now,
+                Reason::PendingComponents,
+                "some pods are pending or not ready yet",
             )
         } else {
-            condition(
-                PENDING,
+            stamp.condition(
+                T::Pending,
                 false,
-                "NoPendingComponents",
-                "no pod is pending".into(),
-                generation,
-                &now,
+                Reason::NoPendingComponents,
+                "no pod is pending",
             )
         },
         if failed > 0 {
-            condition(
-                FAILED,
-                true,
-                "FailedComponents",
-                format!("{failed} pod(s) failed"),
-                generation,
-                &now,
-            )
+            let message = format!("{failed} pod(s) failed");
+            stamp.condition(T::Failed, true, Reason::FailedComponents, message)
         } else {
-            condition(
-                FAILED,
+            stamp.condition(
+                T::Failed,
                 false,
-                "NoFailedComponents",
-                "no pod failed".into(),
-                generation,
-                &now,
+                Reason::NoFailedComponents,
+                "no pod failed",
             )
         },
-        match &degraded {
-            Some((reason, message)) => {
-                condition(DEGRADED, true, reason, message.clone(), generation, &now)
-            }
-            None => condition(
-                DEGRADED,
+        match degraded {
+            Some((reason, message)) => stamp.condition(T::Degraded, true, reason, message),
+            None => stamp.condition(
+                T::Degraded,
                 false,
-                "NoIssues",
-                "the spec is valid and applied".into(),
-                generation,
-                &now,
+                Reason::NoIssues,
+                "the spec is valid and applied",
             ),
         },
         match warnings.first() {
-            Some((reason, _)) => condition(
-                WARNING,
-                true,
-                reason,
-                warnings
-                    .iter()
-                    .map(|(_, m)| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                generation,
-                &now,
-            ),
-            None => condition(
-                WARNING,
-                false,
-                "NoWarnings",
-                "no warnings".into(),
-                generation,
-                &now,
-            ),
+            Some((reason, _)) => {
+                let all: Vec<&str> = warnings.iter().map(|(_, m)| m.as_str()).collect();
+                stamp.condition(T::Warning, true, *reason, all.join("; "))
+            }
+            None => stamp.condition(T::Warning, false, Reason::NoWarnings, "no warnings"),
         },
-    ];
-    let conditions = desired
+    ]
+}
+
+/// A condition whose status did not change keeps its transition time.
+fn keep_transition_times(desired: Vec<Condition>, previous: &[Condition]) -> Vec<Condition> {
+    desired
         .into_iter()
         .map(|mut c| {
-            if let Some(old) = previous.conditions.iter().find(|o| o.type_ == c.type_) {
+            if let Some(old) = previous.iter().find(|o| o.type_ == c.type_) {
                 if old.status == c.status {
                     c.last_transition_time = old.last_transition_time.clone();
                 }
             }
             c
         })
-        .collect();
+        .collect()
+}
 
-    let replication = Some(match &findings.zone {
+fn replication(plan: &Plan, pod_zones: &PodZones) -> ReplicationStatus {
+    match &plan.findings.zone {
         Some(z) => ReplicationStatus {
             factor: z.factor,
             zones: z.zones.iter().cloned().collect(),
@@ -350,21 +367,10 @@ pub fn compute(
             pods_without_zone: pod_zones.without_zone.clone(),
         },
         None => ReplicationStatus {
-            factor: eff.replication_factor,
-            write_quorum: write_quorum(eff.replication_factor),
+            factor: plan.eff.replication_factor,
+            write_quorum: write_quorum(plan.eff.replication_factor),
             pods_without_zone: pod_zones.without_zone.clone(),
             ..Default::default()
-        },
-    });
-
-    LokiStackStatus {
-        conditions,
-        components: Some(component_status(&by_component)),
-        replication,
-        observed_generation: if findings.applied {
-            generation
-        } else {
-            previous.observed_generation
         },
     }
 }
@@ -390,11 +396,33 @@ pub fn changed_conditions<'a>(
 mod tests {
     use super::*;
     use crate::api::LokiStackSize;
+    use crate::controller::plan::{Action, Findings};
     use crate::defaults::effective;
+    use crate::storage::StorageSecretError;
     use crate::testing::{node, stack, zoned_spec, ZONE};
-    use crate::zones::check;
+    use crate::validate::InvalidSpec;
+    use crate::zones::{check, ZoneCheck};
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
     use kube::api::ObjectMeta;
+    use std::sync::Arc;
+
+    fn plan_with(s: &LokiStack, zone: Option<ZoneCheck>) -> Plan {
+        Plan {
+            eff: effective(&s.spec),
+            findings: Findings {
+                zone,
+                ..Default::default()
+            },
+            action: Action::HoldBack,
+        }
+    }
+
+    fn snapshot_with(pods: Vec<Pod>) -> Snapshot {
+        Snapshot {
+            pods: pods.into_iter().map(Arc::new).collect(),
+            ..Default::default()
+        }
+    }
 
     fn pod(name: &str, component: &str, phase: &str, ready: bool) -> Pod {
         Pod {
@@ -444,10 +472,10 @@ mod tests {
             .collect()
     }
 
-    fn cond<'a>(s: &'a LokiStackStatus, t: &str) -> &'a Condition {
+    fn cond(s: &LokiStackStatus, t: ConditionType) -> &Condition {
         s.conditions
             .iter()
-            .find(|c| c.type_ == t)
+            .find(|c| c.type_ == t.as_str())
             .expect("condition")
     }
 
@@ -477,24 +505,12 @@ mod tests {
             node("b", &[(ZONE, "b")]),
             node("c", &[(ZONE, "c")]),
         ];
-        let findings = Findings {
-            zone: Some(check(&eff, &nodes)),
-            applied: true,
-            ..Default::default()
-        };
-        let pods = all_ready_pods(&eff);
-        let refs: Vec<&Pod> = pods.iter().collect();
-        let st = compute(
-            &s,
-            &eff,
-            &findings,
-            &refs,
-            &PodZones::default(),
-            Timestamp::UNIX_EPOCH,
-        );
-        assert_eq!(cond(&st, READY).status, "True");
-        assert_eq!(cond(&st, DEGRADED).status, "False");
-        let w = cond(&st, WARNING);
+        let plan = plan_with(&s, Some(check(&eff, &nodes)));
+        let snap = snapshot_with(all_ready_pods(&eff));
+        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        assert_eq!(cond(&st, ConditionType::Ready).status, "True");
+        assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
+        let w = cond(&st, ConditionType::Warning);
         assert_eq!(
             (w.status.as_str(), w.reason.as_str()),
             ("True", "NoZoneFailureTolerance")
@@ -528,51 +544,29 @@ mod tests {
         });
         let eff = effective(&s.spec);
         let nodes = [node("a", &[(ZONE, "a")]), node("b", &[(ZONE, "b")])];
-        let findings = Findings {
-            zone: Some(check(&eff, &nodes)),
-            applied: false,
-            ..Default::default()
-        };
-        let pods = all_ready_pods(&eff);
-        let refs: Vec<&Pod> = pods.iter().collect();
-        let st = compute(
-            &s,
-            &eff,
-            &findings,
-            &refs,
-            &PodZones::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let plan = plan_with(&s, Some(check(&eff, &nodes)));
+        let snap = snapshot_with(all_ready_pods(&eff));
+        let st = compute(&s, &snap, &plan, &Outcome::HeldBack, Timestamp::UNIX_EPOCH);
         assert_eq!(st.observed_generation, Some(1));
-        let d = cond(&st, DEGRADED);
+        let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
             ("True", "ZonesInsufficient")
         );
         assert!(d.message.contains("a, b"), "{}", d.message);
-        assert_eq!(cond(&st, READY).status, "False");
+        assert_eq!(cond(&st, ConditionType::Ready).status, "False");
     }
 
     #[test]
     fn unchanged_conditions_keep_their_transition_time() {
         let s0 = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
-        let eff = effective(&s0.spec);
-        let findings = Findings {
-            applied: true,
-            ..Default::default()
-        };
-        let first = compute(
-            &s0,
-            &eff,
-            &findings,
-            &[],
-            &PodZones::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let plan = plan_with(&s0, None);
+        let snap = Snapshot::default();
+        let first = compute(&s0, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
         let mut s1 = s0.clone();
         s1.status = Some(first.clone());
         let later = Timestamp::from_second(1_000_000).expect("ts");
-        let second = compute(&s1, &eff, &findings, &[], &PodZones::default(), later);
+        let second = compute(&s1, &snap, &plan, &Outcome::Applied, later);
         assert_eq!(first, second, "an idle resync computes an identical status");
         assert!(changed_conditions(&first, &second).is_empty());
         // A new stack: only its True conditions are news.
@@ -629,6 +623,34 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(f.degraded().map(|d| d.0), Some("InvalidSpec"));
+        assert_eq!(f.degraded().map(|d| d.0), Some(Reason::InvalidSpec));
+    }
+
+    #[test]
+    fn failed_apply_is_degraded_and_keeps_observed_generation() {
+        let mut s = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
+        s.metadata.generation = Some(2);
+        s.status = Some(LokiStackStatus {
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        let plan = plan_with(&s, None);
+        let outcome =
+            Outcome::Failed("server-side apply of Service s-distributor-http failed".into());
+        let st = compute(
+            &s,
+            &Snapshot::default(),
+            &plan,
+            &outcome,
+            Timestamp::UNIX_EPOCH,
+        );
+        let d = cond(&st, ConditionType::Degraded);
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "ApplyFailed")
+        );
+        assert!(d.message.contains("s-distributor-http"), "{}", d.message);
+        assert_eq!(st.observed_generation, Some(1));
+        assert_eq!(cond(&st, ConditionType::Ready).status, "False");
     }
 }

@@ -1,0 +1,526 @@
+//! The reflector caches every reconcile reads, and the triggers they send.
+//!
+//! Each cache strips what the operator never reads before it is stored, so memory stays
+//! flat: nodes keep labels, taints, cordon and readiness; pods keep metadata, node and
+//! phase; Secrets keep their key names, never their values; children keep metadata only.
+//! Every change maps to the stacks it concerns and goes into one trigger stream.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Secret};
+use k8s_openapi::ByteString;
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::api::LokiStack;
+use crate::defaults::zone_aware;
+use crate::kinds::ChildKind;
+use crate::names;
+use crate::render::ServerCapabilities;
+
+/// The label selector of everything the operator creates.
+pub fn managed_selector() -> String {
+    format!(
+        "{}={},{}={}",
+        names::LABEL_NAME,
+        names::LABEL_NAME_VALUE,
+        names::LABEL_MANAGED_BY,
+        names::LABEL_CONTROLLER_VALUE
+    )
+}
+
+pub type ChildStore = Store<PartialObjectMeta<DynamicObject>>;
+
+/// The caches a reconcile reads. Each object is cached once: the pod annotator and the
+/// status step read the same pod cache, the zone check and the annotator the same nodes.
+#[derive(Clone)]
+pub struct Caches {
+    pub stacks: Store<LokiStack>,
+    pub nodes: Store<Node>,
+    pub secrets: Store<Secret>,
+    /// Pods labelled `loki.grafana.com/zone-aware=enabled`.
+    pub zone_aware_pods: Store<Pod>,
+    /// The other pods of stacks (label `app.kubernetes.io/name=lokistack`).
+    pub other_pods: Store<Pod>,
+    /// Metadata of what the operator created, per kind, as this server serves it.
+    pub children: Vec<(ChildKind, ApiResource, ChildStore)>,
+}
+
+impl Caches {
+    /// The pods of one stack, by its instance label, from both pod stores.
+    pub fn stack_pods(&self, namespace: &str, stack: &str) -> Vec<Arc<Pod>> {
+        let of_stack = |p: &Pod| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.labels().get(names::LABEL_INSTANCE).map(String::as_str) == Some(stack)
+                && p.labels().get(names::LABEL_NAME).map(String::as_str)
+                    == Some(names::LABEL_NAME_VALUE)
+        };
+        let mut pods = self.zone_aware_pods.state_filter(of_stack);
+        pods.extend(self.other_pods.state_filter(of_stack));
+        pods
+    }
+
+    pub async fn wait_until_ready(&self) -> bool {
+        let mut ok = synced("lokistacks", &self.stacks).await
+            & synced("nodes", &self.nodes).await
+            & synced("secrets", &self.secrets).await
+            & synced("zone-aware pods", &self.zone_aware_pods).await
+            & synced("pods", &self.other_pods).await;
+        for (kind, _, s) in &self.children {
+            ok &= synced(kind.as_str(), s).await;
+        }
+        ok
+    }
+}
+
+/// Waits for a store's first full list. kube-runtime's readiness signal wakes only one
+/// waiter, and the controller's runner already waits on the LokiStack store, so this
+/// polls again every 200 ms rather than relying on being woken.
+pub async fn synced<K>(name: &str, store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    loop {
+        if let Ok(result) = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            store.wait_until_ready(),
+        )
+        .await
+        {
+            tracing::debug!(cache = name, ok = result.is_ok(), "cache synced");
+            return result.is_ok();
+        }
+    }
+}
+
+fn strip_meta(meta: &mut kube::api::ObjectMeta) {
+    meta.managed_fields = None;
+}
+
+/// Keeps what eligibility and zones need: labels, taints, cordon, readiness.
+pub fn strip_node(n: &mut Node) {
+    strip_meta(&mut n.metadata);
+    n.metadata.annotations = None;
+    let spec = n.spec.take().unwrap_or_default();
+    n.spec = Some(NodeSpec {
+        taints: spec.taints,
+        unschedulable: spec.unschedulable,
+        ..Default::default()
+    });
+    let ready = n.status.take().and_then(|s| s.conditions).map(|cs| {
+        cs.into_iter()
+            .filter(|c| c.type_ == "Ready")
+            .collect::<Vec<_>>()
+    });
+    n.status = Some(NodeStatus {
+        conditions: ready,
+        ..Default::default()
+    });
+}
+
+/// What of a node can change a zone check or a pod's zone.
+pub fn node_fingerprint(n: &Node) -> u64 {
+    let mut h = DefaultHasher::new();
+    n.metadata.labels.hash(&mut h);
+    let spec = n.spec.as_ref();
+    spec.and_then(|s| s.unschedulable).hash(&mut h);
+    for t in spec.and_then(|s| s.taints.as_ref()).into_iter().flatten() {
+        (&t.key, &t.value, &t.effect).hash(&mut h);
+    }
+    crate::zones::node_ready(n).hash(&mut h);
+    h.finish()
+}
+
+/// Keeps metadata, node and phase; a pod's containers are never read.
+pub fn strip_pod(p: &mut Pod) {
+    strip_meta(&mut p.metadata);
+    let node_name = p.spec.take().and_then(|s| s.node_name);
+    p.spec = Some(PodSpec {
+        node_name,
+        ..Default::default()
+    });
+    let status = p.status.take().unwrap_or_default();
+    p.status = Some(PodStatus {
+        phase: status.phase,
+        conditions: status
+            .conditions
+            .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
+        ..Default::default()
+    });
+}
+
+/// Keeps key names only: an empty value stays empty, any other becomes one byte, which is
+/// all the storage check needs. Credentials never sit in the operator's memory.
+pub fn strip_secret(s: &mut Secret) {
+    strip_meta(&mut s.metadata);
+    s.metadata.annotations = None;
+    s.string_data = None;
+    if let Some(data) = s.data.as_mut() {
+        for v in data.values_mut() {
+            *v = ByteString(if v.0.is_empty() { vec![] } else { vec![1] });
+        }
+    }
+}
+
+fn stack_ref(ns: &str, name: &str) -> ObjectRef<LokiStack> {
+    ObjectRef::new(name).within(ns)
+}
+
+/// The stacks that pass `filter`, as trigger refs.
+fn stack_refs(
+    stacks: &Store<LokiStack>,
+    filter: impl Fn(&LokiStack) -> bool,
+) -> Vec<ObjectRef<LokiStack>> {
+    stacks
+        .state()
+        .iter()
+        .filter(|s| filter(s))
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+fn spawn_typed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer);
+    let handle = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(ev) => {
+                    if matches!(ev, watcher::Event::InitDone) {
+                        tracing::debug!(kind = K::kind(&()).as_ref(), "listed");
+                    }
+                    on_event(&ev)
+                }
+                Err(e) => {
+                    warn!(kind = K::kind(&()).as_ref(), error = %e, "watch error; retrying with backoff")
+                }
+            }
+        }
+    });
+    (reader, handle)
+}
+
+/// Where cache changes go: stacks to reconcile, node names whose zone inputs changed,
+/// and zone-aware pods, both for the pod annotator.
+pub struct Triggers {
+    pub stacks: UnboundedSender<ObjectRef<LokiStack>>,
+    pub nodes: UnboundedSender<String>,
+    pub zone_aware_pods: UnboundedSender<PodChange>,
+}
+
+/// A zone-aware pod as the pod cache just saw it.
+#[derive(Debug)]
+pub enum PodChange {
+    Changed(Pod),
+    Deleted(Pod),
+}
+
+pub fn is_zone_aware(pod: &Pod) -> bool {
+    pod.labels()
+        .get(names::LABEL_ZONE_AWARE)
+        .map(String::as_str)
+        == Some(names::LABEL_ZONE_AWARE_VALUE)
+}
+
+/// Starts every cache; their changes go to `triggers`.
+pub fn start(
+    client: &Client,
+    stacks: Store<LokiStack>,
+    caps: &ServerCapabilities,
+    triggers: Triggers,
+) -> (Caches, Vec<JoinHandle<()>>) {
+    let (nodes, node_task) = watch_nodes(client, stacks.clone(), &triggers);
+    let (secrets, secret_task) = watch_secrets(client, stacks.clone(), &triggers);
+    let (zone_aware_pods, zone_aware_task) = watch_pods(client, &triggers, true);
+    let (other_pods, other_task) = watch_pods(client, &triggers, false);
+    let mut tasks = vec![node_task, secret_task, zone_aware_task, other_task];
+    let mut children = Vec::new();
+    for kind in ChildKind::ALL {
+        let resource = kind.resource(caps);
+        let (store, task) = watch_children(client, kind, resource.clone(), &triggers);
+        tasks.push(task);
+        children.push((kind, resource, store));
+    }
+    let caches = Caches {
+        stacks,
+        nodes,
+        secrets,
+        zone_aware_pods,
+        other_pods,
+        children,
+    };
+    (caches, tasks)
+}
+
+/// Nodes: a change of zone inputs (labels, taints, cordon, readiness; not heartbeats)
+/// re-checks every zone-aware stack and re-runs the annotator for the node's pods.
+fn watch_nodes(
+    client: &Client,
+    stacks: Store<LokiStack>,
+    triggers: &Triggers,
+) -> (Store<Node>, JoinHandle<()>) {
+    let (stack_tx, node_tx) = (triggers.stacks.clone(), triggers.nodes.clone());
+    let mut fingerprints: HashMap<String, u64> = HashMap::new();
+    spawn_typed(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        strip_node,
+        move |ev| {
+            let changed = match ev {
+                watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                    let fp = node_fingerprint(n);
+                    fingerprints.insert(n.name_any(), fp) != Some(fp)
+                }
+                watcher::Event::Delete(n) => fingerprints.remove(&n.name_any()).is_some(),
+                watcher::Event::Init | watcher::Event::InitDone => false,
+            };
+            let (watcher::Event::Apply(n)
+            | watcher::Event::InitApply(n)
+            | watcher::Event::Delete(n)) = ev
+            else {
+                return;
+            };
+            if !changed {
+                return;
+            }
+            let _ = node_tx.send(n.name_any());
+            for r in stack_refs(&stacks, |s| zone_aware(&s.spec)) {
+                let _ = stack_tx.send(r);
+            }
+        },
+    )
+}
+
+/// Secrets: a change re-runs the stacks that name the Secret as their object storage.
+fn watch_secrets(
+    client: &Client,
+    stacks: Store<LokiStack>,
+    triggers: &Triggers,
+) -> (Store<Secret>, JoinHandle<()>) {
+    let stack_tx = triggers.stacks.clone();
+    spawn_typed(
+        Api::<Secret>::all(client.clone()),
+        watcher::Config::default(),
+        strip_secret,
+        move |ev| {
+            let (watcher::Event::Apply(s)
+            | watcher::Event::Delete(s)
+            | watcher::Event::InitApply(s)) = ev
+            else {
+                return;
+            };
+            let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
+            for r in stack_refs(&stacks, |st| {
+                st.namespace().as_deref() == Some(ns.as_str())
+                    && st.spec.storage.secret.name == name
+            }) {
+                let _ = stack_tx.send(r);
+            }
+        },
+    )
+}
+
+/// Pods are cached once, in one of two stores split by label: zone-aware pods (every pod
+/// labelled `loki.grafana.com/zone-aware=enabled`, a stack's or not: the annotator serves
+/// them all) and the other pods of stacks. A change re-runs the pod's stack (status), and
+/// a zone-aware pod also goes to the annotator.
+fn watch_pods(
+    client: &Client,
+    triggers: &Triggers,
+    zone_aware: bool,
+) -> (Store<Pod>, JoinHandle<()>) {
+    let stack_tx = triggers.stacks.clone();
+    let pod_tx = zone_aware.then(|| triggers.zone_aware_pods.clone());
+    let selector = if zone_aware {
+        format!(
+            "{}={}",
+            names::LABEL_ZONE_AWARE,
+            names::LABEL_ZONE_AWARE_VALUE
+        )
+    } else {
+        format!(
+            "{}={},{}!={}",
+            names::LABEL_NAME,
+            names::LABEL_NAME_VALUE,
+            names::LABEL_ZONE_AWARE,
+            names::LABEL_ZONE_AWARE_VALUE
+        )
+    };
+    spawn_typed(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(&selector),
+        strip_pod,
+        move |ev| {
+            let (pod, deleted, initial) = match ev {
+                watcher::Event::Apply(p) => (p, false, false),
+                watcher::Event::InitApply(p) => (p, false, true),
+                watcher::Event::Delete(p) => (p, true, false),
+                watcher::Event::Init | watcher::Event::InitDone => return,
+            };
+            if let Some(tx) = &pod_tx {
+                let change = if deleted {
+                    PodChange::Deleted(pod.clone())
+                } else {
+                    PodChange::Changed(pod.clone())
+                };
+                let _ = tx.send(change);
+            }
+            // The first list triggers nothing: every stack is reconciled at start anyway.
+            if let (false, Some(instance)) = (initial, pod.labels().get(names::LABEL_INSTANCE)) {
+                let _ = stack_tx.send(stack_ref(&pod.namespace().unwrap_or_default(), instance));
+            }
+        },
+    )
+}
+
+/// Children (metadata only: the skip check and pruning need nothing else): a change or
+/// deletion by someone else re-runs the owning stack, which applies it again.
+fn watch_children(
+    client: &Client,
+    kind: ChildKind,
+    resource: ApiResource,
+    triggers: &Triggers,
+) -> (ChildStore, JoinHandle<()>) {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
+    let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource);
+    let stack_tx = triggers.stacks.clone();
+    let stream = watcher(api, watcher::Config::default().labels(&managed_selector()))
+        .default_backoff()
+        .modify(|m: &mut PartialObjectMeta<DynamicObject>| m.metadata.managed_fields = None)
+        .reflect(writer);
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(m) | watcher::Event::Delete(m)) => {
+                    let owner = m
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|o| o.kind == names::KIND && o.controller == Some(true));
+                    if let (Some(o), Some(ns)) = (owner, m.metadata.namespace.as_deref()) {
+                        let _ = stack_tx.send(stack_ref(ns, &o.name));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(kind = kind.as_str(), error = %e, "watch error; retrying with backoff")
+                }
+            }
+        }
+    });
+    (reader, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, ZONE};
+    use k8s_openapi::api::core::v1::{NodeCondition, Taint};
+
+    #[test]
+    fn node_fingerprint_ignores_heartbeats_but_not_zone_inputs() {
+        let mut a = node("n", &[(ZONE, "a")]);
+        let base = node_fingerprint(&a);
+        // A heartbeat changes timestamps only.
+        a.status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .expect("conditions")[0]
+            .last_heartbeat_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        a.metadata.resource_version = Some("42".into());
+        assert_eq!(node_fingerprint(&a), base);
+        let mut relabelled = a.clone();
+        relabelled
+            .metadata
+            .labels
+            .as_mut()
+            .expect("labels")
+            .insert(ZONE.into(), "b".into());
+        assert_ne!(node_fingerprint(&relabelled), base);
+        let mut tainted = a.clone();
+        tainted.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "node.kubernetes.io/unreachable".into(),
+                effect: "NoExecute".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert_ne!(node_fingerprint(&tainted), base);
+        let mut not_ready = a.clone();
+        not_ready.status = Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert_ne!(node_fingerprint(&not_ready), base);
+    }
+
+    #[test]
+    fn secrets_are_stored_without_values() {
+        let mut s = Secret {
+            data: Some(
+                [
+                    ("a".to_string(), ByteString(b"hunter2".to_vec())),
+                    ("b".to_string(), ByteString(vec![])),
+                ]
+                .into(),
+            ),
+            string_data: Some([("c".to_string(), "x".to_string())].into()),
+            ..Default::default()
+        };
+        strip_secret(&mut s);
+        let data = s.data.expect("data");
+        assert_eq!(data["a"].0, vec![1]);
+        assert!(data["b"].0.is_empty());
+        assert!(s.string_data.is_none());
+    }
+
+    #[test]
+    fn stripped_nodes_keep_only_zone_inputs() {
+        let mut n = node("n", &[(ZONE, "a")]);
+        n.status.as_mut().expect("status").capacity = Some(
+            [(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("4".into()),
+            )]
+            .into(),
+        );
+        strip_node(&mut n);
+        assert!(n.status.as_ref().expect("status").capacity.is_none());
+        assert!(crate::zones::node_ready(&n));
+        assert_eq!(n.metadata.labels.as_ref().expect("labels")[ZONE], "a");
+    }
+}
