@@ -163,7 +163,7 @@ impl EffectiveStack {
     }
 }
 
-/// The size's default replication factor (REFERENCE.md "Sizes").
+/// The size's default replication factor, as the Go Loki Operator sets it.
 pub fn default_replication_factor(size: LokiStackSize) -> i32 {
     match size {
         LokiStackSize::Demo => 1,
@@ -184,9 +184,8 @@ fn default_replicas(size: LokiStackSize, c: Component) -> i32 {
     }
 }
 
-/// Requests per size. Ingester and querier figures are the Go operator's
-/// (REFERENCE.md); for the other components, which REFERENCE.md does not list, these are
-/// our own modest figures, sized to the components' light work.
+/// Requests per size. Ingester and querier figures are the Go Loki Operator's; for the
+/// other components these are our own modest figures, sized to the components' light work.
 fn requests(size: LokiStackSize, c: Component) -> Option<Requests> {
     use Component::*;
     use LokiStackSize::*;

@@ -1,9 +1,10 @@
 //! loki-zone-operator: a Kubernetes operator for Grafana Loki whose log streams are
 //! replicated across availability zones.
 //!
-//! A reconcile is a pipeline: observe → [`validate`] → [`zones::check`] →
-//! [`render::render`] → apply → status. Everything but observe, apply and status is a pure
-//! function in this crate, tested without a cluster.
+//! A reconcile is a pipeline (`controller/reconcile.rs`): observe (a snapshot of the
+//! caches) → plan (pure: [`validate`], [`storage`], [`zones::check`], [`render::render`])
+//! → apply (server-side apply) → status (pure, then one write). `docs/architecture.md`
+//! names the file of each step.
 
 pub mod api;
 pub mod cli;

@@ -49,36 +49,39 @@ enum LogFormat {
     Json,
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    images: ImageArgs,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    health_addr: std::net::SocketAddr,
+    /// Address of /metrics (may equal --health-addr).
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: std::net::SocketAddr,
+    /// How often an unchanged stack is looked at again (it writes nothing then).
+    #[arg(long, env = "RESYNC", default_value = "5m", value_parser = waitzone::parse_duration)]
+    resync: Duration,
+    /// Elect a leader on a Lease, so that several replicas are safe.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the leader Lease (in-cluster: the operator's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    #[arg(long, env = "LEASE_NAME", default_value = "loki-zone-operator")]
+    lease_name: String,
+    /// This replica's name in the Lease and in Events (in-cluster: the pod name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller and the pod zone annotator against the cluster of the current
     /// kubeconfig (or the in-cluster service account).
-    Run {
-        #[command(flatten)]
-        images: ImageArgs,
-        /// Address of /healthz and /readyz.
-        #[arg(long, env = "HEALTH_ADDR", default_value = "0.0.0.0:8081")]
-        health_addr: std::net::SocketAddr,
-        /// Address of /metrics (may equal --health-addr).
-        #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
-        metrics_addr: std::net::SocketAddr,
-        /// How often an unchanged stack is looked at again (it writes nothing then).
-        #[arg(long, env = "RESYNC", default_value = "5m", value_parser = waitzone::parse_duration)]
-        resync: Duration,
-        /// Elect a leader on a Lease, so that several replicas are safe.
-        #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
-        leader_elect: bool,
-        /// Namespace of the leader Lease (in-cluster: the operator's own).
-        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-        lease_namespace: String,
-        #[arg(long, env = "LEASE_NAME", default_value = "loki-zone-operator")]
-        lease_name: String,
-        /// This replica's name in the Lease and in Events (in-cluster: the pod name).
-        #[arg(long, env = "POD_NAME")]
-        identity: Option<String>,
-        #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
-        log_format: LogFormat,
-    },
+    Run(RunArgs),
     /// Print the LokiStack CustomResourceDefinition as YAML.
     Crd {
         /// Kubernetes version of the target cluster; before 1.25 the CEL rules are left
@@ -148,108 +151,118 @@ fn run_operator(cfg: loki_zone_operator::controller::RunConfig) -> anyhow::Resul
     })
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Run {
-            images,
-            health_addr,
-            metrics_addr,
-            resync,
-            leader_elect,
-            lease_namespace,
-            lease_name,
-            identity,
-            log_format,
-        } => {
-            init_logging(log_format);
-            let identity = identity
-                .or_else(|| std::env::var("HOSTNAME").ok())
-                .unwrap_or_else(|| {
-                    format!(
-                        "{}-{}",
-                        loki_zone_operator::names::CONTROLLER_NAME,
-                        std::process::id()
-                    )
-                });
-            let leader =
-                leader_elect.then(|| loki_zone_operator::controller::leader::LeaderConfig {
-                    namespace: lease_namespace,
-                    name: lease_name,
+impl RunArgs {
+    /// This replica's name: `--identity`, else the host name, else one made up.
+    fn identity(&self) -> String {
+        self.identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| {
+                format!(
+                    "{}-{}",
+                    loki_zone_operator::names::CONTROLLER_NAME,
+                    std::process::id()
+                )
+            })
+    }
+
+    fn config(self) -> loki_zone_operator::controller::RunConfig {
+        let identity = self.identity();
+        let leader =
+            self.leader_elect
+                .then(|| loki_zone_operator::controller::leader::LeaderConfig {
+                    namespace: self.lease_namespace,
+                    name: self.lease_name,
                     identity: identity.clone(),
                     lease_duration: Duration::from_secs(15),
                     renew_every: Duration::from_secs(5),
                     retry_every: Duration::from_secs(2),
                 });
-            let cfg = loki_zone_operator::controller::RunConfig {
-                settings: images.settings(),
-                resync,
-                health_addr,
-                metrics_addr,
-                leader,
-                identity,
-            };
-            match run_operator(cfg) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+        loki_zone_operator::controller::RunConfig {
+            settings: self.images.settings(),
+            resync: self.resync,
+            health_addr: self.health_addr,
+            metrics_addr: self.metrics_addr,
+            leader,
+            identity,
         }
-        Command::Crd { kube_version } => {
-            match cli::crd_yaml_for(&kube_version.unwrap_or(ServerCapabilities::MODERN)) {
-                Ok(yaml) => {
-                    print!("{yaml}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+    }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    init_logging(args.log_format);
+    match run_operator(args.config()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
         }
+    }
+}
+
+fn crd(kube_version: Option<ServerCapabilities>) -> ExitCode {
+    match cli::crd_yaml_for(&kube_version.unwrap_or(ServerCapabilities::MODERN)) {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn render_stack(req: RenderRequest) -> ExitCode {
+    match cli::render_files(&req) {
+        Ok(out) => {
+            if let Some(report) = out.report {
+                eprintln!("{report}");
+            }
+            print!("{}", out.yaml);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
+        }
+    }
+}
+
+fn wait_for_zone(file: &str, timeout: Duration, interval: Duration) -> ExitCode {
+    match waitzone::wait_for_zone(std::path::Path::new(file), timeout, interval) {
+        Ok(zone) => {
+            println!("{zone}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Run(args) => run(args),
+        Command::Crd { kube_version } => crd(kube_version),
         Command::Render {
             file,
             nodes,
             namespace,
             kube_version,
             images,
-        } => {
-            let req = RenderRequest {
-                stack_file: file,
-                nodes_file: nodes,
-                namespace,
-                settings: images.settings(),
-                capabilities: kube_version.unwrap_or(ServerCapabilities::MODERN),
-            };
-            match cli::render_files(&req) {
-                Ok(out) => {
-                    if let Some(report) = out.report {
-                        eprintln!("{report}");
-                    }
-                    print!("{}", out.yaml);
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
-                }
-            }
-        }
+        } => render_stack(RenderRequest {
+            stack_file: file,
+            nodes_file: nodes,
+            namespace,
+            settings: images.settings(),
+            capabilities: kube_version.unwrap_or(ServerCapabilities::MODERN),
+        }),
         Command::WaitForZone {
             file,
             timeout,
             interval,
-        } => match waitzone::wait_for_zone(std::path::Path::new(&file), timeout, interval) {
-            Ok(zone) => {
-                println!("{zone}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        } => wait_for_zone(&file, timeout, interval),
     }
 }

@@ -1,6 +1,6 @@
 //! Every name, label, annotation key and port the operator writes or reads.
 //!
-//! They match the Go Loki Operator (shared/REFERENCE.md) so that dashboards, alerts and
+//! They match the Go Loki Operator so that dashboards, alerts and
 //! runbooks written for it keep working after a stack moves to this operator.
 
 pub const GROUP: &str = "loki.grafana.com";

@@ -1,4 +1,5 @@
-//! `wait-for-zone`: the init container of zone-aware pods (SPEC.md section 5).
+//! `wait-for-zone`: the init container of zone-aware pods. Loki reads its zone once, at
+//! start, so it must not start before the zone is known.
 //!
 //! It waits until the downward-API file that mirrors the pod's zone annotation is
 //! non-empty, prints the zone and exits 0, so Loki starts only once its ring zone is known.

@@ -1,4 +1,4 @@
-//! The zone arithmetic (SPEC.md sections 2-4): which nodes count, which zone string each
+//! The zone arithmetic: which nodes count, which zone string each
 //! gives, and what replication the stack gets from them. Pure functions of the nodes and
 //! the effective stack, so the controller, `render --nodes` and the tests share them.
 
@@ -125,7 +125,7 @@ pub fn schedulable(
     Ok(())
 }
 
-/// The result of the zone check of one stack (SPEC.md section 3).
+/// The result of the zone check of one stack.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ZoneVerdict {
     /// Enough zones, and a zone can be lost without stopping writes.

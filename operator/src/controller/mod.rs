@@ -208,6 +208,14 @@ impl StackController {
     }
 }
 
+/// `/readyz` answers ready once every cache has its first full list.
+async fn ready_when_synced(caches: caches::Caches, ready: Arc<AtomicBool>) {
+    if caches.wait_until_ready().await {
+        info!("caches synced");
+        ready.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Starts the caches and the pod annotator, and builds the controller over them.
 fn start(
     client: &Client,
@@ -243,13 +251,7 @@ fn start(
         recorder.clone(),
         metrics.clone(),
     )));
-    let synced = caches.clone();
-    tasks.push(tokio::spawn(async move {
-        if synced.wait_until_ready().await {
-            info!("caches synced");
-            ready.store(true, Ordering::Relaxed);
-        }
-    }));
+    tasks.push(tokio::spawn(ready_when_synced(caches.clone(), ready)));
     let ctx = Arc::new(Context {
         client: client.clone(),
         caches,

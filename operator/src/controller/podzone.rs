@@ -1,4 +1,4 @@
-//! What the pod annotator does for one zone-aware pod, given its node (SPEC.md section 4).
+//! What the pod annotator does for one zone-aware pod, given its node.
 //! Pure, so the annotator and the status computation agree and both are tested offline.
 
 use k8s_openapi::api::core::v1::{Node, Pod};

@@ -272,73 +272,99 @@ fn conditions(
     degraded: Option<(Reason, String)>,
     warnings: &[(Reason, String)],
 ) -> Vec<Condition> {
-    use ConditionType as T;
-    let Counts {
-        failed,
-        pending,
-        all_ready,
-    } = *counts;
-    let ready = degraded.is_none() && current_applied && all_ready && failed == 0 && pending == 0;
-    let waiting = pending > 0 || (!all_ready && degraded.is_none());
+    let healthy = degraded.is_none();
     vec![
-        if ready {
-            stamp.condition(
-                T::Ready,
-                true,
-                Reason::ReadyComponents,
-                "all components are ready",
-            )
-        } else {
-            stamp.condition(
-                T::Ready,
-                false,
-                Reason::ComponentsNotReady,
-                "some components are not ready, or the current spec is not applied",
-            )
-        },
-        if waiting {
-            stamp.condition(
-                T::Pending,
-                true,
-                Reason::PendingComponents,
-                "some pods are pending or not ready yet",
-            )
-        } else {
-            stamp.condition(
-                T::Pending,
-                false,
-                Reason::NoPendingComponents,
-                "no pod is pending",
-            )
-        },
-        if failed > 0 {
-            let message = format!("{failed} pod(s) failed");
-            stamp.condition(T::Failed, true, Reason::FailedComponents, message)
-        } else {
-            stamp.condition(
-                T::Failed,
-                false,
-                Reason::NoFailedComponents,
-                "no pod failed",
-            )
-        },
-        match degraded {
-            Some((reason, message)) => stamp.condition(T::Degraded, true, reason, message),
-            None => stamp.condition(
-                T::Degraded,
-                false,
-                Reason::NoIssues,
-                "the spec is valid and applied",
-            ),
-        },
-        match warnings.first() {
-            Some((reason, _)) => {
-                let all: Vec<&str> = warnings.iter().map(|(_, m)| m.as_str()).collect();
-                stamp.condition(T::Warning, true, *reason, all.join("; "))
-            }
-            None => stamp.condition(T::Warning, false, Reason::NoWarnings, "no warnings"),
-        },
+        ready(stamp, counts, current_applied && healthy),
+        pending(stamp, counts, healthy),
+        failed(stamp, counts),
+        degraded_condition(stamp, degraded),
+        warning(stamp, warnings),
     ]
+}
+
+fn ready(stamp: &Stamp, c: &Counts, applied_and_healthy: bool) -> Condition {
+    if applied_and_healthy && c.all_ready && c.failed == 0 && c.pending == 0 {
+        stamp.condition(
+            ConditionType::Ready,
+            true,
+            Reason::ReadyComponents,
+            "all components are ready",
+        )
+    } else {
+        stamp.condition(
+            ConditionType::Ready,
+            false,
+            Reason::ComponentsNotReady,
+            "some components are not ready, or the current spec is not applied",
+        )
+    }
+}
+
+/// Pods still starting. A held-back stack may lack replicas on purpose, so missing
+/// replicas alone count as pending only while nothing degrades the stack.
+fn pending(stamp: &Stamp, c: &Counts, healthy: bool) -> Condition {
+    if c.pending > 0 || (!c.all_ready && healthy) {
+        stamp.condition(
+            ConditionType::Pending,
+            true,
+            Reason::PendingComponents,
+            "some pods are pending or not ready yet",
+        )
+    } else {
+        stamp.condition(
+            ConditionType::Pending,
+            false,
+            Reason::NoPendingComponents,
+            "no pod is pending",
+        )
+    }
+}
+
+fn failed(stamp: &Stamp, c: &Counts) -> Condition {
+    if c.failed > 0 {
+        let message = format!("{} pod(s) failed", c.failed);
+        stamp.condition(
+            ConditionType::Failed,
+            true,
+            Reason::FailedComponents,
+            message,
+        )
+    } else {
+        stamp.condition(
+            ConditionType::Failed,
+            false,
+            Reason::NoFailedComponents,
+            "no pod failed",
+        )
+    }
+}
+
+fn degraded_condition(stamp: &Stamp, degraded: Option<(Reason, String)>) -> Condition {
+    match degraded {
+        Some((reason, message)) => stamp.condition(ConditionType::Degraded, true, reason, message),
+        None => stamp.condition(
+            ConditionType::Degraded,
+            false,
+            Reason::NoIssues,
+            "the spec is valid and applied",
+        ),
+    }
+}
+
+/// All warnings in one condition: the first one's reason, every message.
+fn warning(stamp: &Stamp, warnings: &[(Reason, String)]) -> Condition {
+    match warnings.first() {
+        Some((reason, _)) => {
+            let all: Vec<&str> = warnings.iter().map(|(_, m)| m.as_str()).collect();
+            stamp.condition(ConditionType::Warning, true, *reason, all.join("; "))
+        }
+        None => stamp.condition(
+            ConditionType::Warning,
+            false,
+            Reason::NoWarnings,
+            "no warnings",
+        ),
+    }
 }
 
 /// A condition whose status did not change keeps its transition time.
