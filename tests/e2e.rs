@@ -1152,6 +1152,94 @@ async fn apply_failure_is_retried_with_the_error_backoff(env: &mut Env) -> Resul
     result
 }
 
+/// 17. A LokiStack stored before the CRD bounded a field (here `replication.factor:
+/// 2147483648`, which no i32 holds) stops only itself: across an operator restart,
+/// another stack is still applied and becomes Ready, and the bad one is told which field
+/// to fix.
+async fn a_stack_that_does_not_decode_stops_only_itself(env: &mut Env) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let ns = "e2e-undecodable";
+    namespace(env, ns).await?;
+    // An older CRD without the bound, as a cluster upgraded from one would have stored.
+    let crds: Api<CustomResourceDefinition> = Api::all(env.admin.clone());
+    let bound = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/replication/properties/factor/maximum";
+    let patch = |op: Value| {
+        let crds = crds.clone();
+        async move {
+            let p: json_patch::Patch = serde_json::from_value(json!([op]))?;
+            crds.patch(
+                "lokistacks.loki.grafana.com",
+                &PatchParams::default(),
+                &Patch::<()>::Json(p),
+            )
+            .await?;
+            anyhow::Ok(())
+        }
+    };
+    let original = crds.get("lokistacks.loki.grafana.com").await?;
+    let max = serde_json::to_value(&original)?
+        .pointer(bound)
+        .cloned()
+        .context("the CRD bounds replication.factor")?;
+    patch(json!({"op": "remove", "path": bound})).await?;
+    let gvk = GroupVersionKind::gvk("loki.grafana.com", "v1", "LokiStack");
+    let stacks: Api<DynamicObject> =
+        Api::namespaced_with(env.admin.clone(), ns, &ApiResource::from_gvk(&gvk));
+    let mut bad = stack_json("bad", "1x.demo", json!({"factor": 2147483648u64}));
+    bad["metadata"]["namespace"] = json!(ns);
+    let created = eventually("the unbounded schema served", WAIT, || async {
+        Ok(stacks
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(bad.clone())?,
+            )
+            .await
+            .ok())
+    })
+    .await;
+    patch(json!({"op": "add", "path": bound, "value": max})).await?;
+    created?;
+    env.stop_operator();
+    env.start_operator().await?;
+    create_stack(env, ns, stack_json("good", "1x.demo", Value::Null)).await?;
+    wait_condition(env, ns, "good", "Ready", Some("ReadyComponents")).await?;
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.admin.clone(), ns);
+    eventually("the bad stack told which field to fix", WAIT, || async {
+        let told = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .any(|e| {
+                e.involved_object.name.as_deref() == Some("bad")
+                    && e.reason.as_deref() == Some("InvalidSpec")
+                    && e.message
+                        .is_some_and(|m| m.contains("spec.replication.factor"))
+            });
+        Ok(told.then_some(()))
+    })
+    .await?;
+    let bad = stacks.get("bad").await?;
+    let degraded = bad
+        .data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Degraded")
+        .cloned();
+    println!(
+        "    status of the bad stack: {}",
+        degraded.map_or("not written (the server rejects it)".into(), |c| c
+            ["message"]
+            .to_string())
+    );
+    // Later scenarios list stacks typed, as a user's client would.
+    stacks.delete("bad", &DeleteParams::default()).await?;
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -1174,6 +1262,7 @@ fn main() -> std::process::ExitCode {
         disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone,
         standby_replica_takes_over_when_the_leader_stops,
         apply_failure_is_retried_with_the_error_backoff,
+        a_stack_that_does_not_decode_stops_only_itself,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

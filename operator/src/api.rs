@@ -19,6 +19,11 @@ pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-
 /// 253 for the prefix, 1 for the slash, 63 for the name.
 pub const QUALIFIED_NAME_MAX_LEN: usize = 317;
 pub const MAX_ZONE_ENTRIES: usize = 3;
+/// More copies than this are a typo, not a plan (every copy is a full ingester write).
+pub const MAX_REPLICATION_FACTOR: i32 = 15;
+/// Per component; far above any real stack, low enough that a typo is caught.
+pub const MAX_REPLICAS: i32 = 1000;
+pub const MAX_SKEW: i32 = 100;
 
 pub const RULE_REPLICATION_EXCLUSIVE: &str =
     "!(has(self.replication) && has(self.replicationFactor))";
@@ -27,6 +32,9 @@ pub const RULE_REPLICATION_EXCLUSIVE_MSG: &str =
 pub const RULE_UNIQUE_KEYS: &str =
     "self.all(z, self.filter(y, y.topologyKey == z.topologyKey).size() == 1)";
 pub const RULE_UNIQUE_KEYS_MSG: &str = "each topologyKey may appear only once in zones";
+pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
+pub const RULE_NAME_LENGTH_MSG: &str =
+    "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
 
 /// LokiStack is a Loki deployment: its size, its object storage and how it replicates.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -42,7 +50,8 @@ pub const RULE_UNIQUE_KEYS_MSG: &str = "each topologyKey may appear only once in
     printcolumn = r#"{"name":"Replication factor","type":"integer","jsonPath":".status.replication.factor"}"#,
     printcolumn = r#"{"name":"Zones","type":"string","jsonPath":".spec.replication.zones[*].topologyKey"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new(RULE_NAME_LENGTH).message(RULE_NAME_LENGTH_MSG)
 )]
 #[x_kube(validation = Rule::new(RULE_REPLICATION_EXCLUSIVE).message(RULE_REPLICATION_EXCLUSIVE_MSG))]
 #[serde(rename_all = "camelCase")]
@@ -66,7 +75,7 @@ pub struct LokiStackSpec {
     /// Deprecated: use replication.factor. Copied into replication.factor when that is unset;
     /// setting both is rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_REPLICATION_FACTOR))]
     pub replication_factor: Option<i32>,
 
     /// The ruler, which evaluates recording and alerting rules.
@@ -212,7 +221,7 @@ pub struct ReplicationSpec {
     /// With zones, each copy lands in a different zone, so the cluster needs at least this
     /// many zones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_REPLICATION_FACTOR))]
     pub factor: Option<i32>,
 
     /// Node labels that define the failure domains. With zones set, every component is
@@ -234,7 +243,7 @@ pub struct ZoneSpec {
 
     /// The most pods of one component that one domain may hold above another.
     #[serde(default = "default_max_skew")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_SKEW))]
     pub max_skew: i32,
 }
 
@@ -283,7 +292,7 @@ pub struct LokiComponentSpec {
     /// Replicas of this component; the size's default when unset. The compactor always
     /// runs one replica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_REPLICAS))]
     pub replicas: Option<i32>,
     /// Node labels the component's pods must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@ use crate::api::LokiStack;
 use crate::defaults::effective;
 use crate::names;
 use crate::render::{render, to_yaml_stream, ServerCapabilities, Settings};
-use crate::validate::validate;
+use crate::validate::validate_stack;
 use crate::zones::{self, ZoneCheck};
 
 /// Exit code for input the user must fix.
@@ -195,7 +195,7 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
     {
         return Err(input_err(&req.stack_file, "metadata.name: required"));
     }
-    validate(&stack.spec).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
+    validate_stack(&stack).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
     let eff = effective(&stack.spec);
     let mut report = None;
     if let Some(nodes_file) = &req.nodes_file {

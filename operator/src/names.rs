@@ -8,6 +8,11 @@ pub const VERSION: &str = "v1";
 pub const KIND: &str = "LokiStack";
 pub const CRD_NAME: &str = "lokistacks.loki.grafana.com";
 
+/// The longest LokiStack name whose every child has a valid name. The tightest is the
+/// index gateway's StatefulSet: its pods carry `controller-revision-hash:
+/// <stack>-index-gateway-<hash of up to 10 characters>`, and a label value has at most 63.
+pub const MAX_STACK_NAME_LEN: usize = 38;
+
 /// The one field manager for every server-side apply the operator sends.
 pub const FIELD_MANAGER: &str = "loki-zone-operator";
 /// The reporting controller of Events and the holder prefix of the leader Lease.

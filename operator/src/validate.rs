@@ -8,10 +8,12 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::api::{
-    LokiStackSpec, ZoneSpec, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN,
-    RULE_REPLICATION_EXCLUSIVE_MSG, RULE_UNIQUE_KEYS_MSG,
+    LokiStack, LokiStackSpec, ZoneSpec, MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW,
+    MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN, RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG,
+    RULE_UNIQUE_KEYS_MSG,
 };
-use crate::defaults::Component;
+use crate::defaults::{effective, Component, EffectiveStack};
+use crate::names::MAX_STACK_NAME_LEN;
 
 /// One violated rule: the field's path and what to change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,13 +71,44 @@ pub fn is_qualified_name(key: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
+/// A real calendar date written `YYYY-MM-DD` (2024-02-31 is not one).
 fn is_date(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('-').collect();
-    parts.len() == 3
-        && parts[0].len() >= 4
-        && parts[1].len() == 2
-        && parts[2].len() == 2
-        && parts.iter().all(|p| p.bytes().all(|c| c.is_ascii_digit()))
+    s.len() == 10 && s.parse::<k8s_openapi::jiff::civil::Date>().is_ok()
+}
+
+/// Every rule on the whole stack: its name, its spec, and what the defaults make of it.
+pub fn validate_stack(stack: &LokiStack) -> Result<(), InvalidSpec> {
+    let mut errors = validate(&stack.spec).err().map(|e| e.0).unwrap_or_default();
+    let name = stack.metadata.name.as_deref().unwrap_or_default();
+    if name.len() > MAX_STACK_NAME_LEN {
+        errors.push(err(
+            "metadata.name",
+            format!("{RULE_NAME_LENGTH_MSG}; {name:?} has {}", name.len()),
+        ));
+    }
+    if errors.is_empty() {
+        errors.extend(effective_rules(&effective(&stack.spec)));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(InvalidSpec(errors))
+    }
+}
+
+/// Rules on resolved values: a stream cannot have more copies than there are ingesters.
+fn effective_rules(eff: &EffectiveStack) -> Vec<FieldError> {
+    let ingesters = eff.component(Component::Ingester).map_or(0, |c| c.replicas);
+    if eff.replication_factor <= ingesters {
+        return Vec::new();
+    }
+    vec![err(
+        "spec.replication.factor",
+        format!(
+            "replication factor {} needs at least {} ingesters, the stack has {ingesters}; raise spec.template.ingester.replicas or lower the factor",
+            eff.replication_factor, eff.replication_factor
+        ),
+    )]
 }
 
 /// Every static rule; an empty result means the spec is valid.
@@ -87,10 +120,11 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
     }
     storage(spec, &mut errors);
     for c in Component::ALL {
-        if let Some(r) = c.template(spec).and_then(|t| t.replicas).filter(|r| *r < 0) {
+        let replicas = c.template(spec).and_then(|t| t.replicas);
+        if let Some(r) = replicas.filter(|r| !(0..=MAX_REPLICAS).contains(r)) {
             errors.push(err(
                 format!("spec.template.{}.replicas", c.spec_field()),
-                format!("must not be negative, got {r}"),
+                format!("must be between 0 and {MAX_REPLICAS}, got {r}"),
             ));
         }
     }
@@ -108,22 +142,20 @@ fn replication(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
             RULE_REPLICATION_EXCLUSIVE_MSG,
         ));
     }
-    if let Some(f) = spec.replication_factor.filter(|f| *f < 1) {
-        errors.push(err(
-            "spec.replicationFactor",
-            format!("must be at least 1, got {f}"),
-        ));
-    }
-    if let Some(f) = spec
-        .replication
-        .as_ref()
-        .and_then(|r| r.factor)
-        .filter(|f| *f < 1)
-    {
-        errors.push(err(
+    let factors = [
+        ("spec.replicationFactor", spec.replication_factor),
+        (
             "spec.replication.factor",
-            format!("must be at least 1, got {f}"),
-        ));
+            spec.replication.as_ref().and_then(|r| r.factor),
+        ),
+    ];
+    for (field, factor) in factors {
+        if let Some(f) = factor.filter(|f| !(1..=MAX_REPLICATION_FACTOR).contains(f)) {
+            errors.push(err(
+                field,
+                format!("must be between 1 and {MAX_REPLICATION_FACTOR}, got {f}"),
+            ));
+        }
     }
 }
 
@@ -149,10 +181,10 @@ fn zones(zones: &[ZoneSpec], errors: &mut Vec<FieldError>) {
         if !seen.insert(z.topology_key.as_str()) {
             errors.push(err(format!("{field}.topologyKey"), RULE_UNIQUE_KEYS_MSG));
         }
-        if z.max_skew < 1 {
+        if !(1..=MAX_SKEW).contains(&z.max_skew) {
             errors.push(err(
                 format!("{field}.maxSkew"),
-                format!("must be at least 1, got {}", z.max_skew),
+                format!("must be between 1 and {MAX_SKEW}, got {}", z.max_skew),
             ));
         }
     }
@@ -267,5 +299,78 @@ mod tests {
                 "spec.replication.zones[2].topologyKey",
             ]
         );
+    }
+
+    #[test]
+    fn bounds_dates_and_copies_per_ingester() {
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(2_000_000),
+            zones: vec![ZoneSpec {
+                topology_key: ZONE.into(),
+                max_skew: 101,
+            }],
+        });
+        spec.storage.schemas = vec![crate::api::ObjectStorageSchema {
+            version: crate::api::ObjectStorageSchemaVersion::V13,
+            effective_date: "2024-02-31".into(),
+        }];
+        spec.template = Some(crate::api::LokiTemplateSpec {
+            querier: Some(crate::api::LokiComponentSpec {
+                replicas: Some(1001),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let Err(InvalidSpec(errors)) = validate(&spec) else {
+            panic!("expected errors")
+        };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.replication.factor",
+                "spec.replication.zones[0].maxSkew",
+                "spec.storage.schemas[0].effectiveDate",
+                "spec.template.querier.replicas",
+            ]
+        );
+
+        // Within bounds, but more copies than ingesters.
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(5),
+            zones: vec![],
+        });
+        let e =
+            validate_stack(&crate::testing::stack("s", spec)).expect_err("5 copies, 3 ingesters");
+        assert!(
+            e.to_string()
+                .contains("needs at least 5 ingesters, the stack has 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_longest_allowed_name_fits_every_child() {
+        let name = "a".repeat(MAX_STACK_NAME_LEN);
+        for c in Component::ALL {
+            // The revision-hash label of a StatefulSet's pods: name, dash, up to 10.
+            // (A Deployment's hash label is the hash alone.)
+            if c.kind() == crate::defaults::WorkloadKind::StatefulSet {
+                assert!(c.workload_name(&name).len() + 11 <= 63, "{c:?}");
+            }
+            assert!(c.http_service_name(&name).len() <= 63, "{c:?}");
+            assert!(c.grpc_service_name(&name).len() <= 63, "{c:?}");
+        }
+        assert_eq!(
+            crate::api::RULE_NAME_LENGTH,
+            format!("self.metadata.name.size() <= {MAX_STACK_NAME_LEN}")
+        );
+        let ok = crate::testing::stack(&name, stack_spec(LokiStackSize::Demo));
+        assert_eq!(validate_stack(&ok), Ok(()));
+        let long = crate::testing::stack(&format!("{name}b"), stack_spec(LokiStackSize::Demo));
+        let e = validate_stack(&long).expect_err("39 characters");
+        assert_eq!(e.0[0].field, "metadata.name");
     }
 }

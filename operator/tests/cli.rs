@@ -65,7 +65,19 @@ fn render_holds_back_on_a_degraded_zone_check() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stack = dir.path().join("stack.yaml");
     let src = std::fs::read_to_string(samples().join("lokistack-zone-aware.yaml")).expect("sample");
-    std::fs::write(&stack, src.replace("factor: 2", "factor: 4")).expect("write");
+    // Four copies over three zones; four ingesters, so the factor itself is valid.
+    let src = src
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix("factor:") {
+            Some(_) => "    factor: 4".to_string(),
+            None if l == "spec:" => {
+                "spec:\n  template:\n    ingester:\n      replicas: 4".to_string()
+            }
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&stack, src).expect("write");
     let nodes = samples().join("nodes-three-zones.yaml");
     let out = run(&[
         "render",
@@ -137,7 +149,7 @@ fn crd_command_prints_the_committed_crd() {
 fn crd_for_old_servers_leaves_out_cel_rules_only() {
     let modern = text(&run(&["crd", "--kube-version", "1.30"]).stdout);
     let old = text(&run(&["crd", "--kube-version", "1.20"]).stdout);
-    assert_eq!(modern.matches("x-kubernetes-validations").count(), 2);
+    assert_eq!(modern.matches("x-kubernetes-validations").count(), 3);
     assert!(!old.contains("x-kubernetes-validations"));
     let strip = |s: &str| {
         s.lines()
@@ -148,7 +160,7 @@ fn crd_for_old_servers_leaves_out_cel_rules_only() {
             })
             .count()
     };
-    // Only the two rules (3 lines each with their key) differ.
+    // Only the rules (3 lines each with their key) differ.
     assert_eq!(strip(&modern), strip(&old));
 }
 

@@ -23,8 +23,9 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::api::LokiStack;
-use crate::defaults::zone_aware;
+use crate::controller::stacks::{
+    is_zone_aware as is_stack_zone_aware, resource, stack_ref, storage_secret_name, StackRef,
+};
 use crate::kinds::ChildKind;
 use crate::names;
 use crate::render::ServerCapabilities;
@@ -46,7 +47,8 @@ pub type ChildStore = Store<PartialObjectMeta<DynamicObject>>;
 /// status step read the same pod cache, the zone check and the annotator the same nodes.
 #[derive(Clone)]
 pub struct Caches {
-    pub stacks: Store<LokiStack>,
+    /// LokiStacks as stored, decoded one by one in the reconcile (see `stacks.rs`).
+    pub stacks: Store<DynamicObject>,
     pub nodes: Store<Node>,
     pub secrets: Store<Secret>,
     /// Pods labelled `loki.grafana.com/zone-aware=enabled`.
@@ -174,20 +176,16 @@ pub fn strip_secret(s: &mut Secret) {
     }
 }
 
-fn stack_ref(ns: &str, name: &str) -> ObjectRef<LokiStack> {
-    ObjectRef::new(name).within(ns)
-}
-
 /// The stacks that pass `filter`, as trigger refs.
 fn stack_refs(
-    stacks: &Store<LokiStack>,
-    filter: impl Fn(&LokiStack) -> bool,
-) -> Vec<ObjectRef<LokiStack>> {
+    stacks: &Store<DynamicObject>,
+    filter: impl Fn(&DynamicObject) -> bool,
+) -> Vec<StackRef> {
     stacks
         .state()
         .iter()
         .filter(|s| filter(s))
-        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .map(|s| ObjectRef::from_obj_with(s.as_ref(), resource()))
         .collect()
 }
 
@@ -227,7 +225,7 @@ where
 /// Where cache changes go: stacks to reconcile, node names whose zone inputs changed,
 /// and zone-aware pods, both for the pod annotator.
 pub struct Triggers {
-    pub stacks: UnboundedSender<ObjectRef<LokiStack>>,
+    pub stacks: UnboundedSender<StackRef>,
     pub nodes: UnboundedSender<String>,
     pub zone_aware_pods: UnboundedSender<PodChange>,
 }
@@ -249,7 +247,7 @@ pub fn is_zone_aware(pod: &Pod) -> bool {
 /// Starts every cache; their changes go to `triggers`.
 pub fn start(
     client: &Client,
-    stacks: Store<LokiStack>,
+    stacks: Store<DynamicObject>,
     caps: &ServerCapabilities,
     triggers: Triggers,
 ) -> (Caches, Vec<JoinHandle<()>>) {
@@ -280,7 +278,7 @@ pub fn start(
 /// re-checks every zone-aware stack and re-runs the annotator for the node's pods.
 fn watch_nodes(
     client: &Client,
-    stacks: Store<LokiStack>,
+    stacks: Store<DynamicObject>,
     triggers: &Triggers,
 ) -> (Store<Node>, JoinHandle<()>) {
     let (stack_tx, node_tx) = (triggers.stacks.clone(), triggers.nodes.clone());
@@ -308,7 +306,7 @@ fn watch_nodes(
                 return;
             }
             let _ = node_tx.send(n.name_any());
-            for r in stack_refs(&stacks, |s| zone_aware(&s.spec)) {
+            for r in stack_refs(&stacks, is_stack_zone_aware) {
                 let _ = stack_tx.send(r);
             }
         },
@@ -318,7 +316,7 @@ fn watch_nodes(
 /// Secrets: a change re-runs the stacks that name the Secret as their object storage.
 fn watch_secrets(
     client: &Client,
-    stacks: Store<LokiStack>,
+    stacks: Store<DynamicObject>,
     triggers: &Triggers,
 ) -> (Store<Secret>, JoinHandle<()>) {
     let stack_tx = triggers.stacks.clone();
@@ -336,7 +334,7 @@ fn watch_secrets(
             let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
             for r in stack_refs(&stacks, |st| {
                 st.namespace().as_deref() == Some(ns.as_str())
-                    && st.spec.storage.secret.name == name
+                    && storage_secret_name(st) == Some(name.as_str())
             }) {
                 let _ = stack_tx.send(r);
             }

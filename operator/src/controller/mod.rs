@@ -12,6 +12,7 @@ pub mod podzone;
 pub mod reconcile;
 pub mod report;
 pub mod server;
+pub mod stacks;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -21,10 +22,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::Client;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
@@ -33,13 +33,13 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{error, info};
 
-use crate::api::LokiStack;
 use crate::names;
 use crate::render::{ServerCapabilities, Settings};
 
 use self::leader::{Elector, LeaderConfig, LeaderError};
 use self::metrics::Metrics;
 use self::reconcile::{error_policy, reconcile, Context};
+use self::stacks::StackRef;
 
 pub struct RunConfig {
     pub settings: Settings,
@@ -192,8 +192,8 @@ struct Running {
 }
 
 struct StackController {
-    controller: Controller<LokiStack>,
-    triggers: UnboundedReceiver<ObjectRef<LokiStack>>,
+    controller: Controller<DynamicObject>,
+    triggers: UnboundedReceiver<StackRef>,
     ctx: Arc<Context>,
 }
 
@@ -228,9 +228,11 @@ fn start(
     let (stack_tx, stack_rx) = mpsc::unbounded_channel();
     let (node_tx, node_rx) = mpsc::unbounded_channel();
     let (pod_tx, pod_rx) = mpsc::unbounded_channel();
-    let controller = Controller::new(
-        Api::<LokiStack>::all(client.clone()),
+    // Untyped, so that one stored object that does not decode stops only itself.
+    let controller = Controller::new_with(
+        Api::<DynamicObject>::all_with(client.clone(), &stacks::resource()),
         watcher::Config::default(),
+        stacks::resource(),
     )
     .with_config(controller::Config::default().debounce(Duration::from_millis(100)));
     let triggers = caches::Triggers {

@@ -15,7 +15,7 @@ use crate::defaults::{effective, EffectiveStack};
 use crate::kinds::ChildKind;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
 use crate::storage::{check_secret, StorageSecretError};
-use crate::validate::{validate, InvalidSpec};
+use crate::validate::{validate_stack, InvalidSpec};
 use crate::zones::{self, ZoneCheck};
 
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +77,7 @@ pub fn plan(
 ) -> Result<Plan, PlanError> {
     let eff = effective(&stack.spec);
     let findings = Findings {
-        invalid: validate(&stack.spec).err(),
+        invalid: validate_stack(stack).err(),
         secret: check_secret(
             stack.spec.storage.secret.type_,
             &stack.spec.storage.secret.name,

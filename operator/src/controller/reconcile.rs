@@ -13,9 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
+use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
 use crate::api::{LokiStack, LokiStackStatus, ManagementState};
@@ -25,6 +26,7 @@ use crate::controller::metrics::Metrics;
 use crate::controller::observe::{ObserveError, Snapshot};
 use crate::controller::plan::{self, plan, Plan, PlanError};
 use crate::controller::report;
+use crate::controller::stacks;
 use crate::controller::status::{self, Outcome};
 use crate::render::{ServerCapabilities, Settings};
 
@@ -68,9 +70,22 @@ impl ReconcileError {
     }
 }
 
-pub async fn reconcile(stack: Arc<LokiStack>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+pub async fn reconcile(
+    obj: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
     let started = Instant::now();
     forget_deleted_stacks(&ctx);
+    let stack = match stacks::decode(&obj) {
+        Ok(stack) => stack,
+        Err(e) => {
+            warn!(stack = %obj.name_any(), namespace = ?obj.namespace(), error = %e, "stored LokiStack does not decode; it is skipped until fixed");
+            Metrics::count(&ctx.metrics.reconciles, "undecodable", 1);
+            report::undecodable(&ctx, &obj, &e).await?;
+            // Fixing the object is a change, which runs it again.
+            return Ok(Action::await_change());
+        }
+    };
     if let Some(action) = not_ours_to_run(&stack, &ctx) {
         return Ok(action);
     }
@@ -81,7 +96,8 @@ pub async fn reconcile(stack: Arc<LokiStack>, ctx: Arc<Context>) -> Result<Actio
         Err(e) => {
             let (reason, label) = e.reason();
             warn!(stack = %stack.name_any(), namespace = ?stack.namespace(), error = %e, "reconcile failed; retrying in {ERROR_BACKOFF:?}");
-            report::event(&ctx, &stack, EventType::Warning, reason, e.to_string()).await;
+            let object = stack.object_ref(&());
+            report::event(&ctx, &object, EventType::Warning, reason, e.to_string()).await;
             label
         }
     };
@@ -179,7 +195,11 @@ fn record(ctx: &Context, snapshot: &Snapshot, plan: &Plan, status: &LokiStackSta
     );
 }
 
-pub fn error_policy(_stack: Arc<LokiStack>, _error: &ReconcileError, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    _stack: Arc<DynamicObject>,
+    _error: &ReconcileError,
+    _ctx: Arc<Context>,
+) -> Action {
     // `reconcile` has logged, counted and reported the error already.
     Action::requeue(ERROR_BACKOFF)
 }

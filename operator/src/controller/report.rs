@@ -1,22 +1,32 @@
 //! What the user sees of a reconcile: the stack's status (server-side applied on the
 //! status subresource, only when it changed) and Events.
 
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::warn;
 
 use crate::api::{LokiStack, LokiStackStatus};
-use crate::conditions::ConditionType;
+use crate::conditions::{ConditionType, Reason};
 use crate::controller::reconcile::{Context, ReconcileError};
+use crate::controller::stacks::{self, DecodeError};
 use crate::controller::status::changed_conditions;
 use crate::names;
 
 /// Events are capped by the API server; a longer note is cut at a character boundary.
 const MAX_NOTE: usize = 1000;
 
-pub async fn event(ctx: &Context, stack: &LokiStack, type_: EventType, reason: &str, note: String) {
+pub async fn event(
+    ctx: &Context,
+    object: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let event = KubeEvent {
         type_,
         reason: reason.to_string(),
@@ -24,8 +34,8 @@ pub async fn event(ctx: &Context, stack: &LokiStack, type_: EventType, reason: &
         action: "Reconcile".to_string(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &stack.object_ref(&())).await {
-        warn!(stack = %stack.name_any(), error = %e, "cannot publish event");
+    if let Err(e) = ctx.recorder.publish(&event, object).await {
+        warn!(object = ?object.name, namespace = ?object.namespace, error = %e, "cannot publish event");
     }
 }
 
@@ -73,9 +83,63 @@ pub async fn write_status(
             EventType::Normal
         };
         let note = format!("{} is {}: {}", c.type_, c.status, c.message);
-        event(ctx, stack, type_, &c.reason, note).await;
+        event(ctx, &stack.object_ref(&()), type_, &c.reason, note).await;
     }
     Ok(())
+}
+
+/// Marks a stored stack that does not decode, on its own status (see `stacks.rs`). The
+/// API server may refuse the write when the stored spec breaks the current schema; the
+/// Event says it then.
+pub async fn undecodable(
+    ctx: &Context,
+    obj: &DynamicObject,
+    e: &DecodeError,
+) -> Result<(), ReconcileError> {
+    // Serialised as every other condition time is (RFC 3339, whole seconds).
+    let now = serde_json::to_value(Time(Timestamp::now()))
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let Some(status) = stacks::undecodable_status(obj, e, &now) else {
+        return Ok(());
+    };
+    let ns = obj.namespace().unwrap_or_default();
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &stacks::resource());
+    let body = json!({
+        "apiVersion": format!("{}/{}", names::GROUP, names::VERSION),
+        "kind": names::KIND,
+        "status": status,
+    });
+    let object = obj.object_ref(&stacks::resource());
+    let note = format!("the stored LokiStack cannot be read: {e}; fix that field");
+    event(
+        ctx,
+        &object,
+        EventType::Warning,
+        Reason::InvalidSpec.as_str(),
+        note,
+    )
+    .await;
+    let written = api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::apply(names::FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await;
+    match written {
+        Ok(_) => Ok(()),
+        // The server validates the whole object on a status write, so a stored spec that
+        // breaks today's schema cannot get a status; the Event above carries the finding,
+        // and retrying would only repeat it.
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            warn!(stack = %obj.name_any(), "the stored spec breaks the CRD's schema, so its status cannot be written either: {}", e.message);
+            Ok(())
+        }
+        Err(e) => Err(ReconcileError::Status(e)),
+    }
 }
 
 #[cfg(test)]
