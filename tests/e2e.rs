@@ -1240,6 +1240,59 @@ async fn a_stack_that_does_not_decode_stops_only_itself(env: &mut Env) -> Result
     Ok(())
 }
 
+/// 18. Never adopt: a user's ConfigMap that has a child's name is left untouched and the
+/// stack says NameConflict naming it; deleting the stack leaves it. A stack named
+/// `default` does not claim the namespace's `default` ServiceAccount.
+async fn objects_of_the_same_name_are_never_adopted(env: &mut Env) -> Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let ns = "e2e-conflict";
+    namespace(env, ns).await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.admin.clone(), ns);
+    let mine: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "userapp-config"}, "data": {"app.properties": "x=1"}}),
+    )?;
+    cms.create(&PostParams::default(), &mine).await?;
+    create_stack(env, ns, stack_json("userapp", "1x.demo", Value::Null)).await?;
+    let s = wait_condition(env, ns, "userapp", "Degraded", Some("NameConflict")).await?;
+    let msg = &condition(&s, "Degraded").context("degraded")?.message;
+    ensure!(
+        msg.contains("ConfigMap userapp-config"),
+        "message does not name the object: {msg}"
+    );
+    let cm = cms.get("userapp-config").await?;
+    ensure!(
+        cm.metadata.owner_references.is_none() && cm.data == mine.data,
+        "the user's ConfigMap was changed: {cm:?}"
+    );
+
+    create_stack(env, ns, stack_json("default", "1x.demo", Value::Null)).await?;
+    wait_condition(env, ns, "default", "Ready", Some("ReadyComponents")).await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(env.admin.clone(), ns);
+    let default_sa = sas.get("default").await?;
+    ensure!(
+        default_sa.metadata.owner_references.is_none(),
+        "the namespace's default ServiceAccount was claimed"
+    );
+
+    let stacks: Api<LokiStack> = Api::namespaced(env.admin.clone(), ns);
+    stacks.delete("userapp", &DeleteParams::default()).await?;
+    stacks.delete("default", &DeleteParams::default()).await?;
+    eventually("stacks deleted", WAIT, || async {
+        Ok(stacks
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    ensure!(
+        cms.get_opt("userapp-config").await?.is_some() && sas.get_opt("default").await?.is_some(),
+        "deleting the stacks deleted what was not theirs"
+    );
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -1263,6 +1316,7 @@ fn main() -> std::process::ExitCode {
         standby_replica_takes_over_when_the_leader_stops,
         apply_failure_is_retried_with_the_error_backoff,
         a_stack_that_does_not_decode_stops_only_itself,
+        objects_of_the_same_name_are_never_adopted,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

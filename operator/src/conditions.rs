@@ -70,6 +70,7 @@ wire_enum! {
         NoWarnings => "NoWarnings",
         InvalidSpec => "InvalidSpec",
         ApplyFailed => "ApplyFailed",
+        NameConflict => "NameConflict",
         MissingObjectStorageSecret => "MissingObjectStorageSecret",
         InvalidObjectStorageSecret => "InvalidObjectStorageSecret",
         ZonesSufficient => "ZonesSufficient",

@@ -76,7 +76,13 @@ pub fn gossip_service_name(stack: &str) -> String {
 
 /// Loki pods run as ServiceAccount `<stack>`.
 pub fn service_account_name(stack: &str) -> String {
-    stack.to_string()
+    // Kubernetes creates a ServiceAccount `default` in every namespace; a stack of that
+    // name must not claim it.
+    if stack == "default" {
+        format!("{stack}-{LABEL_NAME_VALUE}")
+    } else {
+        stack.to_string()
+    }
 }
 
 /// The path of the downward-API file the init container waits on.

@@ -18,6 +18,7 @@ use kube::api::{
 use kube::Client;
 use serde_json::Value;
 
+use crate::conditions::Reason;
 use crate::controller::observe::{version_of, Snapshot};
 use crate::kinds::ChildKind;
 use crate::names;
@@ -37,6 +38,19 @@ pub enum ApplyError {
         name: String,
         source: kube::Error,
     },
+    #[error("{kind} {name} already exists and is not this stack's ({owner}); the operator leaves it untouched. Rename or delete that {kind}, or rename the LokiStack")]
+    NameConflict {
+        kind: ChildKind,
+        name: String,
+        /// Who controls it, as far as its metadata says.
+        owner: String,
+    },
+    #[error("cannot read {kind} {name} to check who owns it: {source}")]
+    Read {
+        kind: ChildKind,
+        name: String,
+        source: kube::Error,
+    },
     #[error("removing {kind} {name}, which the stack no longer renders, failed: {source}")]
     Delete {
         kind: ChildKind,
@@ -45,11 +59,59 @@ pub enum ApplyError {
     },
 }
 
+impl ApplyError {
+    /// The Degraded condition's reason.
+    pub fn reason(&self) -> Reason {
+        match self {
+            ApplyError::NameConflict { .. } => Reason::NameConflict,
+            _ => Reason::ApplyFailed,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Applied {
     hash: u64,
     /// [`version_of`] the object the server returned.
     version: String,
+}
+
+/// Never adopt: an object of the child's name that exists without this stack's
+/// controller owner reference (a user's ConfigMap, another stack's Service) is not ours to
+/// take over, and a forced apply would. Only called for names the caches do not show as
+/// ours, so a steady state costs no reads.
+async fn check_not_foreign(
+    api: &Api<DynamicObject>,
+    kind: ChildKind,
+    name: &str,
+    stack_uid: &str,
+) -> Result<(), ApplyError> {
+    let existing = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(|source| ApplyError::Read {
+            kind,
+            name: name.to_string(),
+            source,
+        })?;
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    let owners = existing.metadata.owner_references.unwrap_or_default();
+    let controller = owners.iter().find(|o| o.controller == Some(true));
+    match controller {
+        Some(o) if o.uid == stack_uid => Ok(()),
+        Some(o) => Err(ApplyError::NameConflict {
+            kind,
+            name: name.to_string(),
+            owner: format!("controlled by {} {}", o.kind, o.name),
+        }),
+        None => Err(ApplyError::NameConflict {
+            kind,
+            name: name.to_string(),
+            owner: "no controller owner".into(),
+        }),
+    }
 }
 
 fn hash_json(v: &Value) -> u64 {
@@ -159,6 +221,9 @@ impl Applier {
             if last.hash == hash && &last.version == now {
                 return Ok(false);
             }
+        }
+        if server.is_none() {
+            check_not_foreign(&api, kind, &id.1, &snapshot.uid).await?;
         }
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         let result = api

@@ -64,7 +64,7 @@ impl ReconcileError {
         match self {
             ReconcileError::Observe(_) => ("ObserveFailed", "observe_failed"),
             ReconcileError::Plan(_) => ("RenderFailed", "plan_failed"),
-            ReconcileError::Apply(_) => ("ApplyFailed", "apply_failed"),
+            ReconcileError::Apply(e) => (e.reason().as_str(), "apply_failed"),
             ReconcileError::Status(_) => ("StatusUpdateFailed", "status_failed"),
         }
     }
@@ -117,7 +117,10 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Outcome, Reconcile
     let outcome = match &applied {
         Ok(None) => Outcome::HeldBack,
         Ok(Some(_)) => Outcome::Applied,
-        Err(e) => Outcome::Failed(e.to_string()),
+        Err(e) => Outcome::Failed {
+            reason: e.reason(),
+            message: e.to_string(),
+        },
     };
     let new = status::compute(stack, &snapshot, &plan, &outcome, Timestamp::now());
     report::write_status(ctx, stack, &new).await?;

@@ -27,7 +27,7 @@ pub enum Outcome {
     /// Every child of the current generation is applied.
     Applied,
     /// The apply failed: what to show the user.
-    Failed(String),
+    Failed { reason: Reason, message: String },
 }
 
 /// The phase a pod shows in `status.components`: the pod's phase, with a running pod
@@ -186,7 +186,7 @@ impl Stamp {
 /// apply.
 fn degraded(plan: &Plan, outcome: &Outcome) -> Option<(Reason, String)> {
     plan.findings.degraded().or(match outcome {
-        Outcome::Failed(e) => Some((Reason::ApplyFailed, e.clone())),
+        Outcome::Failed { reason, message } => Some((*reason, message.clone())),
         _ => None,
     })
 }
@@ -661,8 +661,10 @@ mod tests {
             ..Default::default()
         });
         let plan = plan_with(&s, None);
-        let outcome =
-            Outcome::Failed("server-side apply of Service s-distributor-http failed".into());
+        let outcome = Outcome::Failed {
+            reason: Reason::ApplyFailed,
+            message: "server-side apply of Service s-distributor-http failed".into(),
+        };
         let st = compute(
             &s,
             &Snapshot::default(),
