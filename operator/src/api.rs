@@ -48,7 +48,9 @@ pub const RULE_NAME_LENGTH_MSG: &str =
     status = "LokiStackStatus",
     printcolumn = r#"{"name":"Size","type":"string","jsonPath":".spec.size"}"#,
     printcolumn = r#"{"name":"Replication factor","type":"integer","jsonPath":".status.replication.factor"}"#,
-    printcolumn = r#"{"name":"Zones","type":"string","jsonPath":".spec.replication.zones[*].topologyKey"}"#,
+    printcolumn = r#"{"name":"Zones","type":"string","jsonPath":".status.replication.zones"}"#,
+    printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.replication.zonesAvailable"}"#,
+    printcolumn = r#"{"name":"Tolerated","type":"integer","jsonPath":".status.replication.zoneFailuresTolerated"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new(RULE_NAME_LENGTH).message(RULE_NAME_LENGTH_MSG)
@@ -366,4 +368,28 @@ pub struct ReplicationStatus {
     /// topology label.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods_without_zone: Vec<String>,
+    /// The known zones with at least one node that can run pods now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones_available: Vec<String>,
+    /// Whether every stream can still write a quorum of copies in the available zones.
+    /// Unset when the stack is not zone-aware.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_quorum_met: Option<bool>,
+    /// Per known zone: its nodes and the stack's ingesters, ready and in all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zone_status: Vec<ZoneStatus>,
+}
+
+/// One known zone, as the operator sees it.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneStatus {
+    pub zone: String,
+    /// At least one of its nodes can run pods now.
+    pub available: bool,
+    pub nodes_ready: i32,
+    pub nodes: i32,
+    /// The stack's ingesters that run in this zone (by their zone annotation).
+    pub ingesters_ready: i32,
+    pub ingesters: i32,
 }

@@ -78,6 +78,8 @@ wire_enum! {
         ZoneLabelMissing => "ZoneLabelMissing",
         ZoneLabelEmpty => "ZoneLabelEmpty",
         ZonesInsufficient => "ZonesInsufficient",
+        ZoneUnavailable => "ZoneUnavailable",
+        WriteQuorumLost => "WriteQuorumLost",
         PodZoneUnknown => "PodZoneUnknown",
         ZoneLabelChanged => "ZoneLabelChanged",
     }
@@ -92,6 +94,8 @@ wire_enum! {
         Pending => "Pending",
         Failed => "Failed",
         Succeeded => "Succeeded",
+        /// On a node that is down: the pod may or may not still run.
+        Unknown => "Unknown",
     }
 }
 
@@ -121,6 +125,6 @@ mod tests {
             assert_eq!(ConditionType::parse(&t.to_string()), Some(*t));
         }
         assert_eq!(PodPhase::parse("Succeeded"), Some(PodPhase::Succeeded));
-        assert_eq!(PodPhase::parse("Unknown"), None);
+        assert_eq!(PodPhase::parse("Terminating"), None);
     }
 }

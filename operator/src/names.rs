@@ -39,6 +39,10 @@ pub const ZONE_KEYS_SEPARATOR: &str = ",";
 pub const ANNOTATION_ZONE: &str = "loki.grafana.com/availability-zone";
 pub const ZONE_VALUES_SEPARATOR: &str = "_";
 /// Hash of the rendered ConfigMap: a config change rolls the pods.
+/// On a LokiStack, `"true"` rolls ring members (StatefulSets) in the available zones
+/// while another zone is unavailable, which the operator otherwise holds off: restarting
+/// an ingester then leaves its streams one copy short of what the outage already took.
+pub const ANNOTATION_ROLL_DURING_OUTAGE: &str = "loki.grafana.com/roll-during-zone-outage";
 pub const ANNOTATION_CONFIG_HASH: &str = "loki.grafana.com/config-hash";
 
 /// The environment variable Loki expands into `common.ring.instance_availability_zone`.

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::conditions::Reason;
 use crate::defaults::{Component, EffectiveStack};
@@ -67,6 +68,22 @@ impl fmt::Display for Ineligible {
             Ineligible::Label(e) => e.fmt(f),
         }
     }
+}
+
+/// A node that is not Ready or is tainted unreachable or out of service: its pods may
+/// be gone, and no one can tell.
+pub fn node_lost(node: &Node) -> bool {
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            t.key == "node.kubernetes.io/unreachable"
+                || t.key == "node.kubernetes.io/out-of-service"
+        });
+    tainted || !node_ready(node)
 }
 
 pub fn node_ready(node: &Node) -> bool {
@@ -162,17 +179,53 @@ impl ZoneVerdict {
     }
 }
 
+/// Taints the node lifecycle controller, an operator or a drain put on a node that is
+/// down or going away. A node carrying one still holds its zone (its volumes are there,
+/// and it may come back); it only cannot run pods now.
+pub const OUTAGE_TAINTS: [&str; 4] = [
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/out-of-service",
+    "node.kubernetes.io/unschedulable",
+];
+
+/// A known zone whose every node is down (not Ready, unreachable, out of service or
+/// cordoned).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnavailableZone {
+    pub zone: String,
+    /// Its nodes, with why each is down.
+    pub nodes: Vec<(String, Ineligible)>,
+    /// When the last of its nodes went down, where the node says.
+    pub since: Option<Timestamp>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneCheck {
     pub keys: Vec<String>,
     pub factor: i32,
-    /// Distinct zone strings over eligible nodes, sorted.
+    /// Known zones: those of every node an ingester could run on when healthy, sorted.
+    /// A zone stays known during an outage, so the replication factor is checked against
+    /// the cluster's layout, not against what is up right now.
     pub zones: BTreeSet<String>,
+    /// Known zones with at least one node that can run pods now.
+    pub available: BTreeSet<String>,
+    pub unavailable: Vec<UnavailableZone>,
     pub write_quorum: i32,
     pub zone_failures_tolerated: i32,
     /// Every node that does not count, with why, sorted by name.
     pub ineligible: Vec<(String, Ineligible)>,
     pub verdict: ZoneVerdict,
+}
+
+impl ZoneCheck {
+    /// Whether every stream still has a write quorum of copies in the available zones.
+    /// Loki places at most one copy per zone, so in the worst case a stream lost one copy
+    /// per unavailable zone.
+    pub fn write_quorum_met(&self) -> bool {
+        let lost = i32::try_from(self.unavailable.len()).unwrap_or(i32::MAX);
+        self.factor - self.factor.min(lost) >= self.write_quorum
+    }
 }
 
 /// `floor(RF/2)+1`: copies that must be written for a push to succeed.
@@ -198,26 +251,38 @@ pub fn check<'a>(stack: &EffectiveStack, nodes: impl IntoIterator<Item = &'a Nod
         .map(|c| (c.node_selector.clone(), c.tolerations.clone()))
         .unwrap_or_default();
     let mut zones = BTreeSet::new();
+    let mut available = BTreeSet::new();
+    let mut down: BTreeMap<String, Vec<(String, Ineligible, Option<Timestamp>)>> = BTreeMap::new();
     let mut ineligible = Vec::new();
     let mut empty_on_schedulable = false;
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        if let Err(why) = schedulable(node, &selector, &tolerations) {
+        if let Err(why) = could_hold(node, &selector, &tolerations) {
             ineligible.push((name, why));
             continue;
         }
-        match zone_of(
+        let now = schedulable(node, &selector, &tolerations);
+        let zone = zone_of(
             node.metadata.labels.as_ref(),
             keys.iter().map(String::as_str),
-        ) {
-            Ok(zone) => {
-                zones.insert(zone);
+        );
+        match (zone, now) {
+            (Ok(zone), Ok(())) => {
+                zones.insert(zone.clone());
+                available.insert(zone);
             }
-            Err(e) => {
+            (Ok(zone), Err(why)) => {
+                zones.insert(zone.clone());
+                down.entry(zone)
+                    .or_default()
+                    .push((name.clone(), why.clone(), down_since(node)));
+                ineligible.push((name, why));
+            }
+            (Err(e), now) => {
                 // A node without the key is never picked by the scheduler for a pod with a
                 // DoNotSchedule spread constraint, but a node with an empty value is: it
                 // forms a domain "" and its pods could never get a zone.
-                empty_on_schedulable |= matches!(e, ZoneLabelError::Empty(_));
+                empty_on_schedulable |= now.is_ok() && matches!(e, ZoneLabelError::Empty(_));
                 ineligible.push((name, Ineligible::Label(e)));
             }
         }
@@ -236,15 +301,85 @@ pub fn check<'a>(stack: &EffectiveStack, nodes: impl IntoIterator<Item = &'a Nod
     } else {
         ZoneVerdict::Ok
     };
+    let unavailable = unavailable_zones(&zones, &available, down);
     ZoneCheck {
         keys,
         factor,
         zones,
+        available,
+        unavailable,
         write_quorum: write_quorum(factor),
         zone_failures_tolerated: tolerated,
         ineligible,
         verdict,
     }
+}
+
+fn unavailable_zones(
+    known: &BTreeSet<String>,
+    available: &BTreeSet<String>,
+    mut down: BTreeMap<String, Vec<(String, Ineligible, Option<Timestamp>)>>,
+) -> Vec<UnavailableZone> {
+    known
+        .difference(available)
+        .map(|zone| {
+            let mut nodes = down.remove(zone).unwrap_or_default();
+            nodes.sort_by(|a, b| a.0.cmp(&b.0));
+            let since = nodes.iter().filter_map(|n| n.2).max();
+            UnavailableZone {
+                zone: zone.clone(),
+                nodes: nodes.into_iter().map(|(n, why, _)| (n, why)).collect(),
+                since,
+            }
+        })
+        .collect()
+}
+
+/// Whether an ingester could run on the node if the node were healthy: the node selector
+/// and every hard taint except those of an outage ([`OUTAGE_TAINTS`]).
+fn could_hold(
+    node: &Node,
+    node_selector: &BTreeMap<String, String>,
+    tolerations: &[Toleration],
+) -> Result<(), Ineligible> {
+    let spec = node.spec.as_ref();
+    for taint in spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]) {
+        let hard = taint.effect == "NoSchedule" || taint.effect == "NoExecute";
+        let outage = OUTAGE_TAINTS.contains(&taint.key.as_str());
+        if hard && !outage && !tolerations.iter().any(|t| tolerates(t, taint)) {
+            return Err(Ineligible::Taint(format!("{}:{}", taint.key, taint.effect)));
+        }
+    }
+    let labels = node.metadata.labels.as_ref();
+    let selected = node_selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
+    if !selected {
+        return Err(Ineligible::NodeSelector);
+    }
+    Ok(())
+}
+
+/// When the node went down: its Ready condition's last transition, else the time an
+/// outage taint was added.
+fn down_since(node: &Node) -> Option<Timestamp> {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status != "True"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| OUTAGE_TAINTS.contains(&t.key.as_str()))
+        .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
+        .min();
+    ready.or(tainted)
 }
 
 /// "a, b, c and 4 more"
@@ -420,11 +555,17 @@ mod tests {
         last.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
         let c = check(&stack(2, &[ZONE]), &nodes);
         assert_eq!(c.verdict, ZoneVerdict::NoZoneFailureTolerance);
-        assert_eq!(c.ineligible, vec![("blank".into(), Ineligible::Cordoned)]);
+        assert_eq!(
+            c.ineligible,
+            vec![(
+                "blank".into(),
+                Ineligible::Label(ZoneLabelError::Empty(ZONE.into()))
+            )]
+        );
     }
 
     #[test]
-    fn not_ready_cordoned_and_tainted_nodes_do_not_count() {
+    fn down_nodes_keep_their_zone_known_but_unavailable() {
         let mut nodes = nodes_in(&["a", "b", "c", "d"]);
         nodes[0].status = None;
         nodes[1]
@@ -443,9 +584,58 @@ mod tests {
             ..Default::default()
         }]);
         let c = check(&stack(2, &[ZONE]), &nodes);
-        assert_eq!(c.zones.iter().collect::<Vec<_>>(), vec!["d"]);
+        // An outage is not a smaller cluster: the factor is checked against known zones.
+        assert_eq!(c.zones.len(), 4);
+        assert_eq!(c.available.iter().collect::<Vec<_>>(), vec!["d"]);
+        let down: Vec<(&str, String)> = c
+            .unavailable
+            .iter()
+            .map(|u| (u.zone.as_str(), u.nodes[0].1.to_string()))
+            .collect();
+        assert_eq!(
+            down,
+            [
+                ("a", "not Ready".to_string()),
+                ("b", "cordoned".to_string()),
+                (
+                    "c",
+                    "taint node.kubernetes.io/unreachable:NoExecute not tolerated".to_string()
+                ),
+            ]
+        );
         assert_eq!(c.ineligible.len(), 3);
-        assert_eq!(c.verdict, ZoneVerdict::ZonesInsufficient);
+        assert_eq!(c.verdict, ZoneVerdict::NoZoneFailureTolerance);
+        assert!(!c.write_quorum_met(), "RF 2 with three of four zones down");
+    }
+
+    #[test]
+    fn one_of_three_zones_down_keeps_the_quorum_two_do_not() {
+        let mut nodes = nodes_in(&["a", "b", "c"]);
+        let since = k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).expect("ts");
+        nodes[2].status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: "Unknown".into(),
+                last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    since,
+                )),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let c = check(&stack(3, &[ZONE]), &nodes);
+        assert_eq!(
+            c.verdict,
+            ZoneVerdict::Ok,
+            "no ZonesInsufficient during an outage"
+        );
+        assert_eq!(c.unavailable.len(), 1);
+        assert_eq!(c.unavailable[0].since, Some(since));
+        assert!(c.write_quorum_met());
+        nodes[1].status = nodes[2].status.clone();
+        let c = check(&stack(3, &[ZONE]), &nodes);
+        assert_eq!(c.unavailable.len(), 2);
+        assert!(!c.write_quorum_met());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::conditions::Reason;
 use crate::controller::observe::Snapshot;
 use crate::defaults::{effective, EffectiveStack};
 use crate::kinds::ChildKind;
+use crate::names;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
 use crate::storage::{check_secret, StorageSecretError};
 use crate::validate::{validate_stack, InvalidSpec};
@@ -35,8 +36,9 @@ pub struct Findings {
 
 impl Findings {
     /// The Degraded reason and message when the spec must be held back; the first finding
-    /// in this order wins, since fixing it may change the others.
-    pub fn degraded(&self) -> Option<(Reason, String)> {
+    /// in this order wins, since fixing it may change the others. A zone outage is not
+    /// among them: during one, spec changes still go out (see [`Plan::held`]).
+    pub fn hold_back(&self) -> Option<(Reason, String)> {
         if let Some(e) = &self.invalid {
             return Some((Reason::InvalidSpec, format!("{e}. Fix the LokiStack spec")));
         }
@@ -67,6 +69,8 @@ pub struct Plan {
     pub eff: EffectiveStack,
     pub findings: Findings,
     pub action: Action,
+    /// Ring members (StatefulSets) left as they run because a zone is unavailable.
+    pub held: Vec<String>,
 }
 
 pub fn plan(
@@ -89,18 +93,60 @@ pub fn plan(
             .zone_aware()
             .then(|| zones::check(&eff, snapshot.nodes.iter().map(AsRef::as_ref))),
     };
-    let action = if findings.degraded().is_some() {
+    let mut held = Vec::new();
+    let action = if findings.hold_back().is_some() {
         Action::HoldBack
     } else {
-        let children = render(stack, &eff, settings, caps)?;
+        let mut children = render(stack, &eff, settings, caps)?;
+        // Stale before holding: a held StatefulSet is still wanted, never removed.
         let stale = stale(snapshot, &children);
+        if zone_outage(&findings) && !forced(stack) {
+            held = hold_ring_members(snapshot, &mut children);
+        }
         Action::Apply { children, stale }
     };
     Ok(Plan {
         eff,
         findings,
         action,
+        held,
     })
+}
+
+fn zone_outage(findings: &Findings) -> bool {
+    findings
+        .zone
+        .as_ref()
+        .is_some_and(|z| !z.unavailable.is_empty())
+}
+
+fn forced(stack: &LokiStack) -> bool {
+    stack
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_ROLL_DURING_OUTAGE))
+        .is_some_and(|v| v == "true")
+}
+
+/// While a zone is unavailable, the StatefulSets that already run (ingesters and the
+/// other ring members) are not sent: a changed pod template would restart members in the
+/// available zones, each restart taking a copy of its streams that the outage has not
+/// already taken. Their change goes out when every zone is back. Stateless components
+/// and new StatefulSets are applied as usual.
+fn hold_ring_members(snapshot: &Snapshot, children: &mut Vec<Child>) -> Vec<String> {
+    let mut held = Vec::new();
+    children.retain(|c| {
+        let running = ChildKind::of(c) == ChildKind::StatefulSet
+            && snapshot
+                .children
+                .contains_key(&(ChildKind::StatefulSet, c.name().to_string()));
+        if running {
+            held.push(c.name().to_string());
+        }
+        !running
+    });
+    held
 }
 
 /// Children in the snapshot that the plan no longer renders.
@@ -157,7 +203,7 @@ mod tests {
             .insert((ChildKind::StatefulSet, "s-ingester".into()), "g1".into());
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
         let Action::Apply { children, stale } = p.action else {
-            panic!("held back: {:?}", p.findings.degraded())
+            panic!("held back: {:?}", p.findings.hold_back())
         };
         assert!(children.iter().any(|c| c.name() == "s-ingester"));
         assert_eq!(stale, vec![(ChildKind::StatefulSet, "s-ruler".to_string())]);
@@ -174,7 +220,7 @@ mod tests {
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
         assert!(matches!(p.action, Action::HoldBack));
         assert_eq!(
-            p.findings.degraded().map(|d| d.0),
+            p.findings.hold_back().map(|d| d.0),
             Some(Reason::ZonesInsufficient)
         );
     }
@@ -187,8 +233,52 @@ mod tests {
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
         assert!(matches!(p.action, Action::HoldBack));
         assert_eq!(
-            p.findings.degraded().map(|d| d.0),
+            p.findings.hold_back().map(|d| d.0),
             Some(Reason::MissingObjectStorageSecret)
         );
+    }
+
+    #[test]
+    fn during_an_outage_running_ring_members_are_held_unless_forced() {
+        let mut s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let mut snap = snapshot_for(&s);
+        snap.nodes = ["a", "b", "c"]
+            .iter()
+            .map(|z| {
+                let mut n = node(z, &[(ZONE, z)]);
+                if *z == "c" {
+                    n.status = None;
+                }
+                Arc::new(n)
+            })
+            .collect();
+        snap.children
+            .insert((ChildKind::StatefulSet, "s-ingester".into()), "g1".into());
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert_eq!(p.held, ["s-ingester"]);
+        let Action::Apply { children, stale } = &p.action else {
+            panic!("an outage must not hold the spec back")
+        };
+        assert!(stale.is_empty(), "a held StatefulSet is not stale");
+        let sts =
+            |c: &Child, name: &str| ChildKind::of(c) == ChildKind::StatefulSet && c.name() == name;
+        assert!(!children.iter().any(|c| sts(c, "s-ingester")));
+        assert!(
+            children.iter().any(|c| c.name() == "s-querier"),
+            "stateless components still roll"
+        );
+        assert!(
+            children.iter().any(|c| sts(c, "s-compactor")),
+            "a StatefulSet that does not run yet is created"
+        );
+        s.metadata.annotations = Some(
+            [(
+                names::ANNOTATION_ROLL_DURING_OUTAGE.to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(p.held.is_empty());
     }
 }

@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{
     LokiStack, LokiStackComponentStatus, LokiStackStatus, PodStatusMap, ReplicationStatus,
+    ZoneStatus,
 };
 use crate::conditions::{status_str, ConditionType, PodPhase, Reason};
 use crate::controller::observe::Snapshot;
@@ -17,7 +18,9 @@ use crate::controller::plan::Plan;
 use crate::controller::podzone::{decide, PodZone};
 use crate::defaults::{Component, EffectiveStack};
 use crate::names;
-use crate::zones::{name_list, write_quorum, ZoneVerdict};
+use crate::zones::{
+    self, name_list, write_quorum, zone_failures_tolerated, ZoneCheck, ZoneVerdict,
+};
 
 /// What the apply step did with the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,15 +62,21 @@ fn component_of(pod: &Pod) -> Option<Component> {
         .and_then(|c| Component::from_name(c))
 }
 
-/// Pod names by phase, per component.
-pub fn components(pods: &[&Pod]) -> BTreeMap<Component, PodStatusMap> {
+/// Pod names by phase, per component; a pod on a lost node is `Unknown`, whatever its
+/// last reported phase.
+pub fn components(pods: &[&Pod], lost: impl Fn(&Pod) -> bool) -> BTreeMap<Component, PodStatusMap> {
     let mut out: BTreeMap<Component, PodStatusMap> = BTreeMap::new();
     for pod in pods {
         let Some(c) = component_of(pod) else { continue };
         let name = pod.metadata.name.clone().unwrap_or_default();
+        let phase = if lost(pod) {
+            PodPhase::Unknown
+        } else {
+            pod_phase(pod)
+        };
         out.entry(c)
             .or_default()
-            .entry(pod_phase(pod).to_string())
+            .entry(phase.to_string())
             .or_default()
             .push(name);
     }
@@ -130,12 +139,20 @@ struct Counts {
     failed: usize,
     /// Pending, or running but not ready yet.
     pending: usize,
-    /// Every component has at least its desired replicas Ready.
+    /// Every component has its desired replicas Ready, less its share in unavailable zones.
     all_ready: bool,
+    /// A zone is unavailable: pods that cannot start are expected, not a fault.
+    outage: bool,
 }
 
 impl Counts {
-    fn of(by_component: &BTreeMap<Component, PodStatusMap>, eff: &EffectiveStack) -> Counts {
+    /// `outage`: (unavailable zones, known zones). During an outage each component is
+    /// expected to miss the replicas it spread into the unavailable zones.
+    fn of(
+        by_component: &BTreeMap<Component, PodStatusMap>,
+        eff: &EffectiveStack,
+        outage: Option<(usize, usize)>,
+    ) -> Counts {
         let count = |phase: PodPhase| {
             by_component
                 .values()
@@ -147,12 +164,16 @@ impl Counts {
                 .get(&c.component)
                 .and_then(|m| m.get(PodPhase::Ready.as_str()))
                 .map_or(0, Vec::len);
-            ready >= usize::try_from(c.replicas).unwrap_or(0)
+            let replicas = usize::try_from(c.replicas).unwrap_or(0);
+            let expected_lost =
+                outage.map_or(0, |(down, known)| (replicas * down).div_ceil(known.max(1)));
+            ready + expected_lost >= replicas
         });
         Counts {
             failed: count(PodPhase::Failed),
             pending: count(PodPhase::Pending) + count(PodPhase::Running),
             all_ready,
+            outage: outage.is_some(),
         }
     }
 }
@@ -182,17 +203,108 @@ impl Stamp {
     }
 }
 
-/// The Degraded reason and message: a finding that holds the spec back, else a failed
-/// apply.
+/// The Degraded reason and message: a finding that holds the spec back, else writes
+/// without quorum, else a failed apply.
 fn degraded(plan: &Plan, outcome: &Outcome) -> Option<(Reason, String)> {
-    plan.findings.degraded().or(match outcome {
-        Outcome::Failed { reason, message } => Some((*reason, message.clone())),
-        _ => None,
-    })
+    plan.findings
+        .hold_back()
+        .or_else(|| quorum_lost(plan))
+        .or(match outcome {
+            Outcome::Failed { reason, message } => Some((*reason, message.clone())),
+            _ => None,
+        })
 }
 
-fn warnings(plan: &Plan, pod_zones: &PodZones) -> Vec<(Reason, String)> {
-    let mut out = Vec::new();
+fn quorum_lost(plan: &Plan) -> Option<(Reason, String)> {
+    let z = plan.findings.zone.as_ref()?;
+    if z.write_quorum_met() {
+        return None;
+    }
+    let down: Vec<&str> = z.unavailable.iter().map(|u| u.zone.as_str()).collect();
+    let left = z.factor - z.factor.min(i32::try_from(down.len()).unwrap_or(i32::MAX));
+    Some((
+        Reason::WriteQuorumLost,
+        format!(
+            "zones {} are unavailable: with replication factor {} and write quorum {}, some streams can write only {left} copies, so their pushes fail until a zone returns. Bring the zones' nodes back; do not change the replication factor or restart ingesters now",
+            name_list(&down),
+            z.factor,
+            z.write_quorum
+        ),
+    ))
+}
+
+/// The stack's pods on the nodes of an unavailable zone.
+fn stranded(snapshot: &Snapshot, keys: &[String], zone: &str) -> Vec<String> {
+    let mut out: Vec<String> = snapshot
+        .pods
+        .iter()
+        .filter(|p| {
+            crate::controller::podzone::node_name(p)
+                .and_then(|n| snapshot.node(n))
+                .and_then(|n| {
+                    zones::zone_of(n.metadata.labels.as_ref(), keys.iter().map(String::as_str)).ok()
+                })
+                .is_some_and(|z| z == zone)
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    out.sort();
+    out
+}
+
+fn zone_unavailable(plan: &Plan, snapshot: &Snapshot) -> Option<(Reason, String)> {
+    let z = plan.findings.zone.as_ref()?;
+    if z.unavailable.is_empty() {
+        return None;
+    }
+    let zones: Vec<String> = z
+        .unavailable
+        .iter()
+        .map(|u| {
+            let nodes: Vec<String> = u
+                .nodes
+                .iter()
+                .map(|(n, why)| format!("{n} ({why})"))
+                .collect();
+            let since = u.since.map_or(String::new(), |t| format!(" since {t}"));
+            let pods = stranded(snapshot, &z.keys, &u.zone);
+            let pods = if pods.is_empty() {
+                "none of the stack's pods".to_string()
+            } else {
+                format!("the stack's pods there: {}", name_list(&pods))
+            };
+            format!(
+                "zone {} is unavailable{since}: nodes {}; {pods}",
+                u.zone,
+                name_list(&nodes)
+            )
+        })
+        .collect();
+    let quorum = if z.write_quorum_met() {
+        "Writes keep their quorum in the available zones. "
+    } else {
+        ""
+    };
+    let held = if plan.held.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " {} are not rolled until every zone is back (annotate the LokiStack {}=true to roll them now).",
+            name_list(&plan.held),
+            names::ANNOTATION_ROLL_DURING_OUTAGE
+        )
+    };
+    Some((
+        Reason::ZoneUnavailable,
+        format!(
+            "{}. {quorum}Do not lower the replication factor or restart ingesters in the available zones while it lasts; see docs/zone-failure-runbook.md.{held}",
+            zones.join("; ")
+        ),
+    ))
+}
+
+fn warnings(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> Vec<(Reason, String)> {
+    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot).into_iter().collect();
     if let Some(z) = plan
         .findings
         .zone
@@ -235,8 +347,19 @@ pub fn compute(
     let previous = stack.status.clone().unwrap_or_default();
     let generation = stack.metadata.generation;
     let pods = snapshot.pod_refs();
-    let by_component = components(&pods);
+    let lost = |p: &Pod| {
+        crate::controller::podzone::node_name(p)
+            .and_then(|n| snapshot.node(n))
+            .is_some_and(zones::node_lost)
+    };
+    let by_component = components(&pods, lost);
     let pod_zones = pod_zones(&pods, |n| snapshot.node(n));
+    let outage = plan
+        .findings
+        .zone
+        .as_ref()
+        .filter(|z| !z.unavailable.is_empty())
+        .map(|z| (z.unavailable.len(), z.zones.len()));
     let degraded = degraded(plan, outcome);
     let applied = *outcome == Outcome::Applied;
     // A spec applied by an earlier reconcile counts as long as nothing degrades it.
@@ -248,15 +371,15 @@ pub fn compute(
     };
     let desired = conditions(
         &stamp,
-        &Counts::of(&by_component, &plan.eff),
+        &Counts::of(&by_component, &plan.eff, outage),
         current_applied,
         degraded,
-        &warnings(plan, &pod_zones),
+        &warnings(plan, snapshot, &pod_zones),
     );
     LokiStackStatus {
         conditions: keep_transition_times(desired, &previous.conditions),
         components: Some(component_status(&by_component)),
-        replication: Some(replication(plan, &pod_zones)),
+        replication: Some(replication(plan, snapshot, &pod_zones)),
         observed_generation: if applied {
             generation
         } else {
@@ -283,7 +406,10 @@ fn conditions(
 }
 
 fn ready(stamp: &Stamp, c: &Counts, applied_and_healthy: bool) -> Condition {
-    if applied_and_healthy && c.all_ready && c.failed == 0 && c.pending == 0 {
+    // During an outage, replacements that cannot start (a StatefulSet pod whose volume is
+    // in the lost zone) are expected; the quorum decides, through Degraded.
+    let settled = c.pending == 0 || c.outage;
+    if applied_and_healthy && c.all_ready && c.failed == 0 && settled {
         stamp.condition(
             ConditionType::Ready,
             true,
@@ -382,16 +508,22 @@ fn keep_transition_times(desired: Vec<Condition>, previous: &[Condition]) -> Vec
         .collect()
 }
 
-fn replication(plan: &Plan, pod_zones: &PodZones) -> ReplicationStatus {
+fn replication(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> ReplicationStatus {
     match &plan.findings.zone {
-        Some(z) => ReplicationStatus {
-            factor: z.factor,
-            zones: z.zones.iter().cloned().collect(),
-            write_quorum: z.write_quorum,
-            zone_failures_tolerated: Some(z.zone_failures_tolerated),
-            ineligible_nodes: i32::try_from(z.ineligible.len()).unwrap_or(i32::MAX),
-            pods_without_zone: pod_zones.without_zone.clone(),
-        },
+        Some(z) => {
+            let per_zone = zone_status(z, snapshot);
+            ReplicationStatus {
+                factor: z.factor,
+                zones: z.zones.iter().cloned().collect(),
+                write_quorum: z.write_quorum,
+                zone_failures_tolerated: Some(tolerated_by_placement(z, &per_zone)),
+                ineligible_nodes: i32::try_from(z.ineligible.len()).unwrap_or(i32::MAX),
+                pods_without_zone: pod_zones.without_zone.clone(),
+                zones_available: z.available.iter().cloned().collect(),
+                write_quorum_met: Some(z.write_quorum_met()),
+                zone_status: per_zone,
+            }
+        }
         None => ReplicationStatus {
             factor: plan.eff.replication_factor,
             write_quorum: write_quorum(plan.eff.replication_factor),
@@ -399,6 +531,65 @@ fn replication(plan: &Plan, pod_zones: &PodZones) -> ReplicationStatus {
             ..Default::default()
         },
     }
+}
+
+/// Per known zone: nodes (ready now / all) and the stack's ingesters there (by the zone
+/// the annotator gave them).
+fn zone_status(z: &ZoneCheck, snapshot: &Snapshot) -> Vec<ZoneStatus> {
+    let keys = || z.keys.iter().map(String::as_str);
+    let count = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
+    z.zones
+        .iter()
+        .map(|zone| {
+            let nodes: Vec<&Node> = snapshot
+                .nodes
+                .iter()
+                .map(AsRef::as_ref)
+                .filter(|n| {
+                    zones::zone_of(n.metadata.labels.as_ref(), keys())
+                        .ok()
+                        .as_deref()
+                        == Some(zone)
+                })
+                .collect();
+            let ingesters: Vec<&Pod> = snapshot
+                .pods
+                .iter()
+                .map(AsRef::as_ref)
+                .filter(|p| component_of(p) == Some(Component::Ingester))
+                .filter(|p| {
+                    crate::controller::podzone::pod_zone_annotation(p) == Some(zone.as_str())
+                })
+                .collect();
+            ZoneStatus {
+                zone: zone.clone(),
+                available: z.available.contains(zone),
+                nodes_ready: count(nodes.iter().filter(|n| !zones::node_lost(n)).count()),
+                nodes: count(nodes.len()),
+                ingesters_ready: count(
+                    ingesters
+                        .iter()
+                        .filter(|p| pod_phase(p) == PodPhase::Ready)
+                        .count(),
+                ),
+                ingesters: count(ingesters.len()),
+            }
+        })
+        .collect()
+}
+
+/// Zone failures the stack survives as its ingesters are placed now: zones holding a
+/// Ready ingester, capped at the factor, minus the quorum. Before any ingester is Ready
+/// (a new stack), what the zones allow.
+fn tolerated_by_placement(z: &ZoneCheck, per_zone: &[ZoneStatus]) -> i32 {
+    let serving = per_zone
+        .iter()
+        .filter(|s| s.available && s.ingesters_ready > 0)
+        .count();
+    if serving == 0 {
+        return z.zone_failures_tolerated;
+    }
+    zone_failures_tolerated(z.factor, serving)
 }
 
 /// Conditions whose status or reason changed, and new True ones: each gets an Event. A
@@ -440,6 +631,7 @@ mod tests {
                 ..Default::default()
             },
             action: Action::HoldBack,
+            held: Vec::new(),
         }
     }
 
@@ -514,7 +706,7 @@ mod tests {
             pod("d-0", "distributor", "Failed", false),
         ];
         let refs: Vec<&Pod> = pods.iter().collect();
-        let c = components(&refs);
+        let c = components(&refs, |_| false);
         let ing = &c[&Component::Ingester];
         assert_eq!(ing["Ready"], vec!["i-0"]);
         assert_eq!(ing["Running"], vec!["i-1"]);
@@ -649,7 +841,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(f.degraded().map(|d| d.0), Some(Reason::InvalidSpec));
+        assert_eq!(f.hold_back().map(|d| d.0), Some(Reason::InvalidSpec));
     }
 
     #[test]
@@ -680,5 +872,124 @@ mod tests {
         assert!(d.message.contains("s-distributor-http"), "{}", d.message);
         assert_eq!(st.observed_generation, Some(1));
         assert_eq!(cond(&st, ConditionType::Ready).status, "False");
+    }
+
+    /// RF 3 over zones a, b, c: every component's pods spread one per zone, zone c down.
+    fn outage(down: &[&str]) -> (LokiStack, Snapshot, Plan) {
+        let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let eff = effective(&s.spec);
+        let zones = ["a", "b", "c"];
+        let nodes: Vec<Node> = zones
+            .iter()
+            .map(|z| {
+                let mut n = node(&format!("n{z}"), &[(ZONE, z)]);
+                if down.contains(z) {
+                    n.status = None;
+                }
+                n
+            })
+            .collect();
+        let mut pods = Vec::new();
+        for c in &eff.components {
+            for i in 0..c.replicas {
+                let z = zones[usize::try_from(i).expect("i") % 3];
+                let mut p = pod(
+                    &format!("{}-{i}", c.component.name()),
+                    c.component.name(),
+                    "Running",
+                    true,
+                );
+                p.spec.as_mut().expect("spec").node_name = Some(format!("n{z}"));
+                p.metadata
+                    .annotations
+                    .as_mut()
+                    .expect("ann")
+                    .insert(names::ANNOTATION_ZONE.into(), z.into());
+                pods.push(Arc::new(p));
+            }
+        }
+        let plan = plan_with(&s, Some(check(&eff, &nodes)));
+        let snap = Snapshot {
+            pod_nodes: nodes
+                .iter()
+                .map(|n| (n.metadata.name.clone().expect("name"), Arc::new(n.clone())))
+                .collect(),
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            pods,
+            ..Default::default()
+        };
+        (s, snap, plan)
+    }
+
+    #[test]
+    fn one_zone_down_stays_ready_and_names_zone_nodes_and_pods() {
+        let (s, snap, plan) = outage(&["c"]);
+        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
+        assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
+        let w = cond(&st, ConditionType::Warning);
+        assert_eq!(w.reason, "ZoneUnavailable");
+        for part in [
+            "zone c is unavailable",
+            "nc (not Ready)",
+            "ingester-2",
+            "Writes keep their quorum",
+        ] {
+            assert!(w.message.contains(part), "{part:?} not in {}", w.message);
+        }
+        let ingesters = st
+            .components
+            .as_ref()
+            .and_then(|c| c.ingester.clone())
+            .expect("ingesters");
+        assert_eq!(ingesters["Unknown"], vec!["ingester-2"]);
+        let r = st.replication.expect("replication");
+        assert_eq!(r.zones, ["a", "b", "c"]);
+        assert_eq!(r.zones_available, ["a", "b"]);
+        assert_eq!(r.write_quorum_met, Some(true));
+        assert_eq!(
+            r.zone_failures_tolerated,
+            Some(0),
+            "two zones serve, quorum 2"
+        );
+        let c = &r.zone_status[2];
+        assert_eq!(
+            (
+                c.available,
+                c.nodes_ready,
+                c.nodes,
+                c.ingesters_ready,
+                c.ingesters
+            ),
+            (false, 0, 1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn two_zones_down_lose_the_write_quorum() {
+        let (s, snap, plan) = outage(&["b", "c"]);
+        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        let d = cond(&st, ConditionType::Degraded);
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "WriteQuorumLost")
+        );
+        assert!(d.message.contains("write quorum 2"), "{}", d.message);
+        assert_eq!(cond(&st, ConditionType::Ready).status, "False");
+        assert_eq!(st.replication.expect("r").write_quorum_met, Some(false));
+        assert_eq!(
+            st.observed_generation,
+            Some(1),
+            "the spec was applied, not held back"
+        );
+    }
+
+    #[test]
+    fn all_zones_up_tolerate_one() {
+        let (s, snap, plan) = outage(&[]);
+        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        assert_eq!(cond(&st, ConditionType::Ready).status, "True");
+        assert_eq!(cond(&st, ConditionType::Warning).status, "False");
+        assert_eq!(st.replication.expect("r").zone_failures_tolerated, Some(1));
     }
 }
