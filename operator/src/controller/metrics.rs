@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::api::LokiStackStatus;
 use crate::conditions::ConditionType;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -23,10 +24,39 @@ pub struct ConditionLabel {
     pub condition: String,
 }
 
+/// Stacks are labelled `stack_namespace` and `stack_name`: Prometheus adds `namespace`
+/// for the scrape target (the operator's own), which would clash.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StackLabels {
-    pub namespace: String,
-    pub stack: String,
+    pub stack_namespace: String,
+    pub stack_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZoneLabels {
+    pub stack_namespace: String,
+    pub stack_name: String,
+    pub zone: String,
+}
+
+/// The Go Loki Operator's `lokistack_status_condition` series, so its alerts and
+/// dashboards work on these stacks.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusConditionLabels {
+    pub stack_namespace: String,
+    pub stack_name: String,
+    pub size: String,
+    pub condition: String,
+    pub reason: String,
+    pub status: String,
+}
+
+/// What was last exported for one stack, so its old series can be removed.
+#[derive(Default)]
+struct Exported {
+    true_conditions: Vec<String>,
+    conditions: Vec<StatusConditionLabels>,
+    zones: Vec<ZoneLabels>,
 }
 
 pub struct Metrics {
@@ -37,14 +67,24 @@ pub struct Metrics {
     pub bind_to_annotated: Histogram,
     pub applies: Family<ResultLabel, Counter>,
     stacks_by_condition: Family<ConditionLabel, Gauge>,
+    status_condition: Family<StatusConditionLabels, Gauge>,
     zones: Family<StackLabels, Gauge>,
-    /// The conditions that are True, per stack: the source of `stacks_by_condition`.
-    true_conditions: Mutex<HashMap<(String, String), Vec<String>>>,
+    zone_available: Family<ZoneLabels, Gauge>,
+    zone_failures_tolerated: Family<StackLabels, Gauge>,
+    write_quorum_met: Family<StackLabels, Gauge>,
+    exported: Mutex<HashMap<(String, String), Exported>>,
+}
+
+/// What the metrics show of one stack.
+pub struct StackView<'a> {
+    pub size: &'a str,
+    pub status: &'a LokiStackStatus,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("loki_zone_operator");
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("loki_zone_operator");
         let reconciles = Family::<ResultLabel, Counter>::default();
         registry.register(
             "reconciles",
@@ -86,19 +126,47 @@ impl Default for Metrics {
         let zones = Family::<StackLabels, Gauge>::default();
         registry.register(
             "zones_observed",
-            "Zones found on eligible nodes, per zone-aware stack",
+            "Known zones (those of nodes an ingester can run on, up or down), per zone-aware stack",
             zones.clone(),
         );
+        let zone_available = Family::<ZoneLabels, Gauge>::default();
+        registry.register(
+            "zone_available",
+            "1 when at least one node of the known zone can run pods, else 0",
+            zone_available.clone(),
+        );
+        let zone_failures_tolerated = Family::<StackLabels, Gauge>::default();
+        registry.register(
+            "zone_failures_tolerated",
+            "Zones the stack can lose with writes still reaching quorum, from where its Ready ingesters are",
+            zone_failures_tolerated.clone(),
+        );
+        let write_quorum_met = Family::<StackLabels, Gauge>::default();
+        registry.register(
+            "write_quorum_met",
+            "1 when every stream can write a quorum of copies in the available zones, else 0",
+            write_quorum_met.clone(),
+        );
+        let status_condition = Family::<StatusConditionLabels, Gauge>::default();
+        root.register(
+            "lokistack_status_condition",
+            "1 for each condition a LokiStack shows, with its status and reason (as the Go Loki Operator exports it)",
+            status_condition.clone(),
+        );
         Metrics {
-            registry,
+            registry: root,
             reconciles,
             reconcile_duration,
             annotations,
             bind_to_annotated,
             applies,
             stacks_by_condition,
+            status_condition,
             zones,
-            true_conditions: Mutex::new(HashMap::new()),
+            zone_available,
+            zone_failures_tolerated,
+            write_quorum_met,
+            exported: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -112,40 +180,97 @@ impl Metrics {
             .inc_by(n);
     }
 
-    /// Records a stack's True conditions and zone count; `None` when it is gone.
-    pub fn set_stack(
-        &self,
-        namespace: &str,
-        stack: &str,
-        true_conditions: Option<Vec<String>>,
-        zones: Option<usize>,
-    ) {
+    fn exported(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Exported>> {
+        // Every update replaces one entry whole, so a poisoned lock holds a usable map.
+        self.exported.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records what a stack's status says; `None` when the stack is gone.
+    pub fn set_stack(&self, namespace: &str, stack: &str, view: Option<StackView<'_>>) {
         let key = (namespace.to_string(), stack.to_string());
         let labels = StackLabels {
-            namespace: namespace.to_string(),
-            stack: stack.to_string(),
+            stack_namespace: namespace.to_string(),
+            stack_name: stack.to_string(),
         };
-        match zones {
-            Some(z) => {
-                self.zones
-                    .get_or_create(&labels)
-                    .set(i64::try_from(z).unwrap_or(i64::MAX));
+        let mut exported = self.exported();
+        if let Some(old) = exported.remove(&key) {
+            for l in &old.conditions {
+                self.status_condition.remove(l);
             }
-            None => {
-                self.zones.remove(&labels);
+            for l in &old.zones {
+                self.zone_available.remove(l);
             }
         }
-        let mut all = self
-            .true_conditions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        match true_conditions {
-            Some(c) => all.insert(key, c),
-            None => all.remove(&key),
+        for f in [
+            &self.zones,
+            &self.zone_failures_tolerated,
+            &self.write_quorum_met,
+        ] {
+            f.remove(&labels);
+        }
+        if let Some(view) = view {
+            let now = self.export(&labels, &view);
+            exported.insert(key, now);
+        }
+        self.count_conditions(&exported);
+    }
+
+    fn export(&self, labels: &StackLabels, view: &StackView<'_>) -> Exported {
+        let mut out = Exported::default();
+        for c in &view.status.conditions {
+            let l = StatusConditionLabels {
+                stack_namespace: labels.stack_namespace.clone(),
+                stack_name: labels.stack_name.clone(),
+                size: view.size.to_string(),
+                condition: c.type_.clone(),
+                reason: c.reason.clone(),
+                status: c.status.clone(),
+            };
+            self.status_condition.get_or_create(&l).set(1);
+            out.conditions.push(l);
+            if c.status == "True" {
+                out.true_conditions.push(c.type_.clone());
+            }
+        }
+        let Some(r) = view
+            .status
+            .replication
+            .as_ref()
+            .filter(|r| !r.zones.is_empty())
+        else {
+            return out;
         };
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.zones.get_or_create(labels).set(gauge(r.zones.len()));
+        if let Some(t) = r.zone_failures_tolerated {
+            self.zone_failures_tolerated
+                .get_or_create(labels)
+                .set(i64::from(t));
+        }
+        if let Some(met) = r.write_quorum_met {
+            self.write_quorum_met
+                .get_or_create(labels)
+                .set(i64::from(met));
+        }
+        for z in &r.zones {
+            let l = ZoneLabels {
+                stack_namespace: labels.stack_namespace.clone(),
+                stack_name: labels.stack_name.clone(),
+                zone: z.clone(),
+            };
+            let available = r.zones_available.contains(z);
+            self.zone_available
+                .get_or_create(&l)
+                .set(i64::from(available));
+            out.zones.push(l);
+        }
+        out
+    }
+
+    fn count_conditions(&self, exported: &HashMap<(String, String), Exported>) {
         let mut counts: HashMap<&str, i64> = HashMap::new();
-        for conds in all.values() {
-            for c in conds {
+        for e in exported.values() {
+            for c in &e.true_conditions {
                 *counts.entry(c.as_str()).or_default() += 1;
             }
         }
@@ -160,15 +285,14 @@ impl Metrics {
 
     /// Removes the series of stacks that no longer exist.
     pub fn retain(&self, live: &std::collections::HashSet<(String, String)>) {
-        let gone: Vec<(String, String)> = {
-            let all = self
-                .true_conditions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            all.keys().filter(|k| !live.contains(*k)).cloned().collect()
-        };
+        let gone: Vec<(String, String)> = self
+            .exported()
+            .keys()
+            .filter(|k| !live.contains(*k))
+            .cloned()
+            .collect();
         for (ns, name) in gone {
-            self.set_stack(&ns, &name, None, None);
+            self.set_stack(&ns, &name, None);
         }
     }
 
@@ -183,44 +307,102 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{ReplicationStatus, ZoneStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn status(true_conditions: &[&str], zones: &[(&str, bool)]) -> LokiStackStatus {
+        LokiStackStatus {
+            conditions: ["Ready", "Degraded", "Warning"]
+                .iter()
+                .map(|t| Condition {
+                    type_: t.to_string(),
+                    status: if true_conditions.contains(t) {
+                        "True"
+                    } else {
+                        "False"
+                    }
+                    .into(),
+                    reason: format!("{t}Reason"),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                    ),
+                })
+                .collect(),
+            replication: Some(ReplicationStatus {
+                factor: 3,
+                zones: zones.iter().map(|z| z.0.to_string()).collect(),
+                zones_available: zones
+                    .iter()
+                    .filter(|z| z.1)
+                    .map(|z| z.0.to_string())
+                    .collect(),
+                zone_failures_tolerated: Some(0),
+                write_quorum_met: Some(true),
+                zone_status: vec![ZoneStatus::default()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn view(status: &LokiStackStatus) -> Option<StackView<'_>> {
+        Some(StackView {
+            size: "1x.small",
+            status,
+        })
+    }
 
     #[test]
-    fn stacks_by_condition_follow_the_latest_state() {
+    fn stacks_by_condition_and_zone_series_follow_the_latest_state() {
         let m = Metrics::default();
-        m.set_stack(
-            "ns",
-            "a",
-            Some(vec!["Ready".into(), "Warning".into()]),
-            Some(3),
+        let a = status(
+            &["Ready", "Warning"],
+            &[("z1", true), ("z2", true), ("z3", false)],
         );
-        m.set_stack("ns", "b", Some(vec!["Degraded".into()]), Some(2));
+        m.set_stack("ns", "a", view(&a));
+        let b = status(&["Degraded"], &[]);
+        m.set_stack("ns", "b", view(&b));
+        let text = m.encode();
+        for line in [
+            "loki_zone_operator_stacks{condition=\"Ready\"} 1",
+            "loki_zone_operator_zones_observed{stack_namespace=\"ns\",stack_name=\"a\"} 3",
+            "loki_zone_operator_zone_available{stack_namespace=\"ns\",stack_name=\"a\",zone=\"z3\"} 0",
+            "loki_zone_operator_zone_failures_tolerated{stack_namespace=\"ns\",stack_name=\"a\"} 0",
+            "loki_zone_operator_write_quorum_met{stack_namespace=\"ns\",stack_name=\"a\"} 1",
+            "lokistack_status_condition{stack_namespace=\"ns\",stack_name=\"b\",size=\"1x.small\",condition=\"Degraded\",reason=\"DegradedReason\",status=\"True\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        // A changed status replaces the stack's series; a gone stack has none.
+        let a2 = status(&["Ready"], &[("z1", true), ("z2", true), ("z3", true)]);
+        m.set_stack("ns", "a", view(&a2));
         let text = m.encode();
         assert!(
-            text.contains("loki_zone_operator_stacks{condition=\"Ready\"} 1"),
+            !text.contains("condition=\"Warning\",reason=\"WarningReason\",status=\"True\""),
             "{text}"
         );
-        assert!(
-            text.contains("loki_zone_operator_zones_observed{namespace=\"ns\",stack=\"a\"} 3"),
-            "{text}"
-        );
-        m.set_stack("ns", "a", None, None);
+        assert!(text.contains("zone=\"z3\"} 1"), "{text}");
+        m.set_stack("ns", "a", None);
         let text = m.encode();
         assert!(
             text.contains("loki_zone_operator_stacks{condition=\"Ready\"} 0"),
             "{text}"
         );
-        assert!(!text.contains("stack=\"a\""), "{text}");
+        assert!(!text.contains("stack_name=\"a\""), "{text}");
     }
 
     #[test]
     fn deleted_stacks_lose_their_series() {
         let m = Metrics::default();
-        m.set_stack("ns", "kept", Some(vec!["Ready".into()]), Some(3));
-        m.set_stack("ns", "deleted", Some(vec!["Ready".into()]), Some(2));
+        let s = status(&["Ready"], &[("z1", true)]);
+        m.set_stack("ns", "kept", view(&s));
+        m.set_stack("ns", "deleted", view(&s));
         m.retain(&[("ns".to_string(), "kept".to_string())].into());
         let text = m.encode();
-        assert!(text.contains("stack=\"kept\""), "{text}");
-        assert!(!text.contains("stack=\"deleted\""), "{text}");
+        assert!(text.contains("stack_name=\"kept\""), "{text}");
+        assert!(!text.contains("stack_name=\"deleted\""), "{text}");
         assert!(
             text.contains("loki_zone_operator_stacks{condition=\"Ready\"} 1"),
             "{text}"

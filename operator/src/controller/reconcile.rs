@@ -22,7 +22,7 @@ use tracing::{info, warn};
 use crate::api::{LokiStack, LokiStackStatus, ManagementState};
 use crate::controller::apply::{Applier, ApplyError, ApplyReport};
 use crate::controller::caches::Caches;
-use crate::controller::metrics::Metrics;
+use crate::controller::metrics::{Metrics, StackView};
 use crate::controller::observe::{ObserveError, Snapshot};
 use crate::controller::plan::{self, plan, Plan, PlanError};
 use crate::controller::report;
@@ -124,7 +124,7 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Outcome, Reconcile
     };
     let new = status::compute(stack, &snapshot, &plan, &outcome, Timestamp::now());
     report::write_status(ctx, stack, &new).await?;
-    record(ctx, &snapshot, &plan, &new);
+    record(ctx, &snapshot, stack, &new);
     applied?;
     Ok(outcome)
 }
@@ -173,7 +173,7 @@ fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<Action> {
     let (ns, name) = (stack.namespace().unwrap_or_default(), stack.name_any());
     if stack.metadata.deletion_timestamp.is_some() {
         ctx.applier.forget(&ns, &name);
-        ctx.metrics.set_stack(&ns, &name, None, None);
+        ctx.metrics.set_stack(&ns, &name, None);
         return Some(Action::await_change());
     }
     if stack.spec.management_state == ManagementState::Unmanaged {
@@ -183,19 +183,13 @@ fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<Action> {
     None
 }
 
-fn record(ctx: &Context, snapshot: &Snapshot, plan: &Plan, status: &LokiStackStatus) {
-    let true_conditions = status
-        .conditions
-        .iter()
-        .filter(|c| c.status == "True")
-        .map(|c| c.type_.clone())
-        .collect();
-    ctx.metrics.set_stack(
-        &snapshot.namespace,
-        &snapshot.name,
-        Some(true_conditions),
-        plan.findings.zone.as_ref().map(|z| z.zones.len()),
-    );
+fn record(ctx: &Context, snapshot: &Snapshot, stack: &LokiStack, status: &LokiStackStatus) {
+    let view = StackView {
+        size: stack.spec.size.as_str(),
+        status,
+    };
+    ctx.metrics
+        .set_stack(&snapshot.namespace, &snapshot.name, Some(view));
 }
 
 pub fn error_policy(
