@@ -427,12 +427,12 @@ async fn edit_while_degraded_changes_nothing_running(env: &mut Env) -> Result<()
         Ok((d.spec.and_then(|s| s.replicas) == Some(3)).then_some(()))
     })
     .await?;
-    let s = get_stack(env, ns, name).await?;
-    ensure!(
-        s.status.and_then(|st| st.observed_generation) == generation,
-        "observedGeneration not caught up"
-    );
-    Ok(())
+    // The status is written after the apply, so it may trail the Deployment briefly.
+    eventually("observedGeneration to catch up", WAIT, || async {
+        let s = get_stack(env, ns, name).await?;
+        Ok((s.status.and_then(|st| st.observed_generation) == generation).then_some(()))
+    })
+    .await
 }
 
 /// 4. Nodes missing the key, and a node with an empty value, are named.

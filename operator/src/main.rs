@@ -174,8 +174,11 @@ impl RunArgs {
                     namespace: self.lease_namespace,
                     name: self.lease_name,
                     identity: identity.clone(),
+                    // client-go's defaults: a holder that cannot renew for 10 s steps
+                    // down, 5 s before a standby may take over.
                     lease_duration: Duration::from_secs(15),
-                    renew_every: Duration::from_secs(5),
+                    renew_deadline: Duration::from_secs(10),
+                    renew_every: Duration::from_secs(2),
                     retry_every: Duration::from_secs(2),
                 });
         loki_zone_operator::controller::RunConfig {

@@ -2,14 +2,23 @@
 //! the holder reconciles and annotates; a standby takes over once the holder stops
 //! renewing for a lease duration, or at once when the holder releases it on shutdown.
 //! Every write is conditional on the Lease's resourceVersion.
+//!
+//! The rules are client-go's: a standby never compares the Lease's `renewTime` with its
+//! own clock (clocks of two machines differ); it notes, on its own monotonic clock, when
+//! it last saw the Lease change, and takes over only after a full lease duration without
+//! a change. The holder gives up after a renew deadline shorter than the lease duration,
+//! so it has stopped before anyone else can take over. Failed calls (an API server
+//! restarting, RBAC warming up) are retried every retry period until that deadline.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
 #[derive(Clone, Debug)]
@@ -18,6 +27,9 @@ pub struct LeaderConfig {
     pub name: String,
     pub identity: String,
     pub lease_duration: Duration,
+    /// The holder steps down when it could not renew for this long; shorter than
+    /// `lease_duration`.
+    pub renew_deadline: Duration,
     pub renew_every: Duration,
     pub retry_every: Duration,
 }
@@ -34,8 +46,9 @@ pub enum LeaderError {
     },
 }
 
-/// Whether `me` may take the lease at `now`: it is free, ours, or expired.
-pub fn can_acquire(lease: &Lease, me: &str, now: Timestamp) -> bool {
+/// Whether `me` may take the lease: it is free, ours, or it has not changed for a full
+/// lease duration of our own clock (`unchanged_for`).
+pub fn can_acquire(lease: &Lease, me: &str, unchanged_for: Duration) -> bool {
     let Some(spec) = lease.spec.as_ref() else {
         return true;
     };
@@ -43,11 +56,14 @@ pub fn can_acquire(lease: &Lease, me: &str, now: Timestamp) -> bool {
     if holder.is_empty() || holder == me {
         return true;
     }
-    let Some(renewed) = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) else {
-        return true;
-    };
-    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
-    renewed.0 + duration < now
+    let seconds = spec.lease_duration_seconds.unwrap_or(15).max(1);
+    unchanged_for >= Duration::from_secs(u64::try_from(seconds).unwrap_or(15))
+}
+
+/// When this replica last saw the Lease change (by its resourceVersion).
+struct Observed {
+    version: Option<String>,
+    at: Instant,
 }
 
 fn lease_seconds(d: Duration) -> i32 {
@@ -57,6 +73,7 @@ fn lease_seconds(d: Duration) -> i32 {
 pub struct Elector {
     api: Api<Lease>,
     cfg: LeaderConfig,
+    observed: Mutex<Option<Observed>>,
 }
 
 impl Elector {
@@ -64,6 +81,23 @@ impl Elector {
         Elector {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
+            observed: Mutex::new(None),
+        }
+    }
+
+    /// How long the Lease has been seen unchanged, noting a change now.
+    fn unchanged_for(&self, lease: &Lease) -> Duration {
+        let mut observed = self.observed.lock().unwrap_or_else(|e| e.into_inner());
+        let version = lease.metadata.resource_version.clone();
+        match observed.as_ref() {
+            Some(o) if o.version == version => o.at.elapsed(),
+            _ => {
+                *observed = Some(Observed {
+                    version,
+                    at: Instant::now(),
+                });
+                Duration::ZERO
+            }
         }
     }
 
@@ -107,7 +141,9 @@ impl Elector {
                     Err(e) => Err(e),
                 }
             }
-            Some(mut lease) if can_acquire(&lease, &self.cfg.identity, now) => {
+            Some(mut lease)
+                if can_acquire(&lease, &self.cfg.identity, self.unchanged_for(&lease)) =>
+            {
                 lease.spec = Some(self.mine(lease.spec.as_ref(), now));
                 match self
                     .api
@@ -145,22 +181,32 @@ impl Elector {
         }
     }
 
-    /// Renews the lease until it is lost; returns why.
+    /// Renews the lease until it is lost or cannot be renewed within the renew deadline;
+    /// returns why. A failed renewal is retried every retry period meanwhile.
     pub async fn hold(&self) -> LeaderError {
         let mut last_ok = tokio::time::Instant::now();
+        let mut wait = self.cfg.renew_every;
         loop {
-            tokio::time::sleep(self.cfg.renew_every).await;
+            tokio::time::sleep(wait).await;
             match self.try_acquire().await {
-                Ok(true) => last_ok = tokio::time::Instant::now(),
+                Ok(true) => {
+                    last_ok = tokio::time::Instant::now();
+                    wait = self.cfg.renew_every;
+                }
                 Ok(false) => return LeaderError::Lost(self.cfg.name.clone()),
-                Err(source) if last_ok.elapsed() >= self.cfg.lease_duration => {
+                Err(source)
+                    if last_ok.elapsed() + self.cfg.retry_every >= self.cfg.renew_deadline =>
+                {
                     return LeaderError::RenewFailed {
                         name: self.cfg.name.clone(),
-                        seconds: self.cfg.lease_duration.as_secs(),
+                        seconds: self.cfg.renew_deadline.as_secs(),
                         source,
                     }
                 }
-                Err(e) => warn!(error = %e, "lease renewal failed; retrying"),
+                Err(e) => {
+                    warn!(error = %e, "lease renewal failed; retrying");
+                    wait = self.cfg.retry_every;
+                }
             }
         }
     }
@@ -213,23 +259,35 @@ mod tests {
 
     #[test]
     fn acquire_rules() {
-        let now = Timestamp::from_second(1_000).expect("ts");
-        assert!(can_acquire(&lease(None, None, 15), "me", now), "free");
+        let fresh = Duration::from_secs(5);
+        let stale = Duration::from_secs(15);
+        assert!(can_acquire(&lease(None, None, 15), "me", fresh), "free");
         assert!(
-            can_acquire(&lease(Some(""), Some(999), 15), "me", now),
+            can_acquire(&lease(Some(""), Some(999), 15), "me", fresh),
             "released"
         );
         assert!(
-            can_acquire(&lease(Some("me"), Some(999), 15), "me", now),
+            can_acquire(&lease(Some("me"), Some(999), 15), "me", fresh),
             "ours"
         );
         assert!(
-            !can_acquire(&lease(Some("other"), Some(990), 15), "me", now),
-            "held and fresh"
+            !can_acquire(&lease(Some("other"), Some(990), 15), "me", fresh),
+            "held, changing"
         );
         assert!(
-            can_acquire(&lease(Some("other"), Some(980), 15), "me", now),
-            "expired"
+            can_acquire(&lease(Some("other"), Some(990), 15), "me", stale),
+            "unchanged for a lease duration"
         );
+        // A renewTime far in the past or future says nothing: only our own observation counts.
+        assert!(!can_acquire(
+            &lease(Some("other"), Some(0), 15),
+            "me",
+            fresh
+        ));
+        assert!(!can_acquire(
+            &lease(Some("other"), Some(9_999_999), 15),
+            "me",
+            fresh
+        ));
     }
 }

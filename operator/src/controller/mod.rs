@@ -31,7 +31,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::names;
 use crate::render::{ServerCapabilities, Settings};
@@ -137,7 +137,7 @@ async fn capabilities(client: &Client) -> Result<ServerCapabilities, RunError> {
 pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
-    let server = tokio::spawn(server::serve(
+    let mut server = tokio::spawn(server::serve(
         cfg.health_addr,
         cfg.metrics_addr,
         metrics.clone(),
@@ -147,12 +147,6 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     wait_for_crd(&client, &shutdown).await?;
     let capabilities = capabilities(&client).await?;
     let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
-    if let Some(e) = &elector {
-        tokio::select! {
-            _ = e.acquire() => {}
-            _ = stopped(shutdown.clone()) => return Ok(()),
-        }
-    }
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -160,29 +154,72 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
             instance: Some(cfg.identity.clone()),
         },
     );
-    let running = start(&client, &cfg, capabilities, recorder, metrics, ready);
-    let hold = async {
-        match &elector {
-            Some(e) => e.hold().await,
-            None => std::future::pending().await,
+    let result = loop {
+        if let Some(e) = &elector {
+            tokio::select! {
+                _ = e.acquire() => {}
+                _ = stopped(shutdown.clone()) => break Ok(()),
+            }
+        }
+        let running = start(
+            &client,
+            &cfg,
+            capabilities,
+            recorder.clone(),
+            metrics.clone(),
+            ready.clone(),
+        );
+        let term = lead(running, elector.as_ref(), &shutdown, &mut server).await;
+        ready.store(false, Ordering::Relaxed);
+        match term {
+            Term::Lost(why) => warn!(error = %why, "stopped leading; campaigning again"),
+            Term::Stopped => break Ok(()),
+            Term::Server(e) => break Err(RunError::Server(e)),
         }
     };
-    let result = tokio::select! {
-        _ = running.controller.run(stopped(shutdown.clone())) => Ok(()),
-        lost = hold => Err(RunError::Leader(lost)),
-        served = server => match served {
-            Ok(Err(e)) => Err(RunError::Server(e)),
-            _ => Ok(()),
-        },
-    };
-    for t in running.tasks {
-        t.abort();
-    }
     if let Some(e) = &elector {
         e.release().await;
     }
     info!("stopped");
     result
+}
+
+/// Why a term of leadership ended.
+enum Term {
+    /// Shutdown was asked for (or the controller ended).
+    Stopped,
+    /// The lease was lost or could not be renewed: stop, then campaign again, rather than
+    /// exit; an API server restart or an RBAC warm-up is no reason to restart the process.
+    Lost(LeaderError),
+    Server(std::io::Error),
+}
+
+/// Runs the controller until shutdown, a lost lease, or the server failing; then stops
+/// every task of this term, so nothing reconciles without the lease.
+async fn lead(
+    running: Running,
+    elector: Option<&Elector>,
+    shutdown: &watch::Receiver<bool>,
+    server: &mut JoinHandle<Result<(), std::io::Error>>,
+) -> Term {
+    let hold = async {
+        match elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    let term = tokio::select! {
+        _ = running.controller.run(stopped(shutdown.clone())) => Term::Stopped,
+        lost = hold => Term::Lost(lost),
+        served = server => match served {
+            Ok(Err(e)) => Term::Server(e),
+            _ => Term::Stopped,
+        },
+    };
+    for t in running.tasks {
+        t.abort();
+    }
+    term
 }
 
 /// The LokiStack controller, ready to run, and the background tasks feeding it.
