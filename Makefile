@@ -7,8 +7,13 @@ KUBECTL ?= kubectl
 BIN := target/debug/loki-zone-operator
 CLUSTER := target/debug/e2e-cluster
 DEMO_DIR := .e2e/demo
-# The operator image `deploy` installs; the zone init container runs the same image.
-IMG ?= ghcr.io/loki-zone-operator/loki-zone-operator:v0.1.0
+# The operator image: `deploy` installs it, `docker-build` builds it; the zone init
+# container runs the same image. By default the one manifests/operator sets.
+IMG ?= $(shell awk '/newName:/ {n=$$2} /newTag:/ {t=$$2} END {print n ":" t}' manifests/operator/kustomization.yaml)
+# The OLM bundle image `bundle-build` builds from bundle/ (whose CSV names the operator
+# image manifests/operator sets: change it there and run `make bundle` for your own).
+BUNDLE_IMG ?= $(shell awk '/newName:/ {n=$$2} /newTag:/ {t=$$2} END {print n "-bundle:" t}' manifests/operator/kustomization.yaml)
+CONTAINER_TOOL ?= docker
 
 .PHONY: help
 help: ## List the targets
@@ -76,6 +81,22 @@ docs: ## Regenerate docs/api.md from the CRD
 .PHONY: bundle
 bundle: ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from manifests/
 	$(CARGO) run --locked -q -p loki-zone-operator-tests --bin gen-bundle
+
+.PHONY: bundle-build
+bundle-build: ## Build the OLM bundle image BUNDLE_IMG from bundle/
+	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+.PHONY: bundle-push
+bundle-push: ## Push the OLM bundle image BUNDLE_IMG
+	$(CONTAINER_TOOL) push $(BUNDLE_IMG)
+
+.PHONY: docker-build
+docker-build: ## Build the operator image IMG (static binary, distroless; dependencies in their own layer)
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the operator image IMG
+	$(CONTAINER_TOOL) push $(IMG)
 
 .PHONY: render-sample
 render-sample: build ## Render the zone-aware sample against the sample nodes

@@ -4,15 +4,18 @@
 # The CRD comes from the operator binary for the server's version: Kubernetes before
 # 1.25 rejects CEL validation rules (x-kubernetes-validations) under server-side apply,
 # so they are left out there; the operator reports the same rules as a Degraded
-# condition instead. IMG replaces the operator image (the zone init container too).
+# condition instead. IMG replaces the operator image, and with it OPERATOR_IMAGE (the
+# zone init container), through a kustomize overlay's `images:` entry: the way a user's
+# own overlay does it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy}
 BIN=${BIN:-target/debug/loki-zone-operator}
 KUBECTL=${KUBECTL:-kubectl}
-DEFAULT_IMG=ghcr.io/loki-zone-operator/loki-zone-operator:v0.1.0
-IMG=${IMG:-$DEFAULT_IMG}
+IMG=${IMG:-}
+# The image name manifests/operator sets; overlays match their `images:` entries on it.
+BASE_IMAGE_NAME=ghcr.io/loki-zone-operator/loki-zone-operator
 
 server_version() {
   # "1.20", from {"serverVersion": {"major": "1", "minor": "20+", ...}}
@@ -27,6 +30,37 @@ crd() {
   "$BIN" crd --kube-version "$version"
 }
 
+# `kubectl kustomize manifests/operator`, with IMG (name, name:tag or name@digest) as
+# the operator image when it is set.
+operator_manifests() {
+  if [ -z "$IMG" ]; then
+    $KUBECTL kustomize manifests/operator
+    return
+  fi
+  local dir name ref last
+  dir=$(mktemp -d)
+  # shellcheck disable=SC2064 # expand now: $dir is local
+  trap "rm -rf '$dir'" RETURN
+  if [[ $IMG == *@* ]]; then
+    name=${IMG%%@*}
+    ref="digest: ${IMG#*@}"
+  else
+    # A tag follows the last ':' of the last path segment (a registry may have a port).
+    last=${IMG##*/}
+    if [[ $last == *:* ]]; then
+      name=${IMG%:*}
+      ref="newTag: ${IMG##*:}"
+    else
+      name=$IMG
+      ref="newTag: latest"
+    fi
+  fi
+  printf 'resources:\n- %s\nimages:\n- name: %s\n  newName: %s\n  %s\n' \
+    "$(realpath --relative-to="$dir" manifests/operator)" "$BASE_IMAGE_NAME" "$name" "$ref" \
+    >"$dir/kustomization.yaml"
+  $KUBECTL kustomize "$dir"
+}
+
 case "$action" in
   install)
     crd | $KUBECTL apply --server-side -f -
@@ -37,13 +71,17 @@ case "$action" in
   deploy)
     crd | $KUBECTL apply --server-side -f -
     $KUBECTL wait --for condition=established --timeout=60s customresourcedefinition/lokistacks.loki.grafana.com
-    $KUBECTL kustomize manifests/operator | sed "s#$DEFAULT_IMG#$IMG#g" | $KUBECTL apply --server-side -f -
+    operator_manifests | $KUBECTL apply --server-side -f -
     ;;
   undeploy)
     $KUBECTL kustomize manifests/operator | $KUBECTL delete --ignore-not-found -f -
     ;;
+  manifests)
+    # What `deploy` applies after the CRD, for review or GitOps: hack/deploy.sh manifests
+    operator_manifests
+    ;;
   *)
-    echo "unknown action $action: use install, uninstall, deploy or undeploy" >&2
+    echo "unknown action $action: use install, uninstall, deploy, undeploy or manifests" >&2
     exit 2
     ;;
 esac

@@ -34,7 +34,7 @@ fn render_zone_aware_sample_prints_zone_pieces_and_the_verdict() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("zone check: NoZoneFailureTolerance (Warning)"),
+        stderr.contains("zone check: ZonesSufficient (Ok)"),
         "{stderr}"
     );
     assert!(
@@ -42,7 +42,7 @@ fn render_zone_aware_sample_prints_zone_pieces_and_the_verdict() {
         "{stderr}"
     );
     assert!(stderr.contains("write quorum: 2"), "{stderr}");
-    assert!(stderr.contains("zone failures tolerated: 0"), "{stderr}");
+    assert!(stderr.contains("zone failures tolerated: 1"), "{stderr}");
     let stdout = text(&out.stdout);
     // Every document parses; 6 workloads each carry the init container.
     let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&stdout)

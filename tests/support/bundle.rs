@@ -2,15 +2,30 @@
 //! deployment are exactly the kustomize output's ClusterRole, Role and Deployment, so the
 //! two install paths cannot drift apart.
 
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+use base64::Engine;
 use serde_json::{json, Value};
 
 use crate::repo_root;
 
 pub const PACKAGE: &str = "loki-zone-operator";
-pub const CHANNEL: &str = "alpha";
+/// OLM's channel naming convention: `candidate`, `fast` or `stable`.
+pub const CHANNEL: &str = "candidate";
+/// The icon OperatorHub and the OLM console show, embedded in the CSV as base64.
+pub const ICON: &str = "bundle/icon.svg";
+pub const ICON_MEDIATYPE: &str = "image/svg+xml";
+/// The kinds the operator creates for a stack, as OLM lists them under the owned CRD.
+pub const CHILD_KINDS: [&str; 6] = [
+    "StatefulSet",
+    "Deployment",
+    "Service",
+    "ConfigMap",
+    "ServiceAccount",
+    "PodDisruptionBudget",
+];
 /// OLM installs the CRD as it is, CEL rules included: those need Kubernetes 1.25.
 pub const MIN_KUBE_VERSION: &str = "1.25.0";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -49,6 +64,14 @@ pub fn files() -> Result<Vec<(String, String)>> {
     )?)?;
     let crd_text =
         std::fs::read_to_string(root.join("manifests/crd/loki.grafana.com_lokistacks.yaml"))?;
+    let icon = base64::engine::general_purpose::STANDARD
+        .encode(std::fs::read(root.join(ICON)).with_context(|| format!("reading {ICON}"))?);
+    // OLM requires `name` on every resource: the plural of a custom resource, and the
+    // empty string for a built-in kind like these.
+    let resources: Vec<Value> = CHILD_KINDS
+        .iter()
+        .map(|kind| json!({"kind": kind, "name": "", "version": "v1"}))
+        .collect();
 
     let descriptor = |path: &str, name: &str, description: &str, x: &[&str]| json!({"path": path, "displayName": name, "description": description, "x-descriptors": x});
     let csv = json!({
@@ -70,13 +93,15 @@ pub fn files() -> Result<Vec<(String, String)>> {
             "displayName": "Loki Zone Operator",
             "description": "Reconciles LokiStack resources (loki.grafana.com/v1). With spec.replication.zones every copy of a log stream lands in a different failure domain: the operator checks the replication factor against the zones of the nodes, spreads every component with topology spread constraints, annotates each pod with its node's zone and configures Loki's ring for zone awareness.",
             "version": VERSION,
-            "maturity": CHANNEL,
+            "maturity": "alpha",
             "minKubeVersion": MIN_KUBE_VERSION,
             "provider": {"name": "loki-zone-operator"},
             "keywords": ["loki", "logging", "zones", "availability", "replication"],
             "maintainers": [{"name": "loki-zone-operator maintainers", "email": "maintainers@loki-zone-operator.invalid"}],
             "links": [{"name": "Documentation", "url": "https://github.com/loki-zone-operator/loki-zone-operator/tree/main/docs"}],
-            "icon": [],
+            "icon": [{"base64data": icon, "mediatype": ICON_MEDIATYPE}],
+            // The operator watches LokiStacks in every namespace and its RBAC is
+            // cluster-wide: it cannot be confined to a set of namespaces.
             "installModes": [
                 {"type": "OwnNamespace", "supported": false},
                 {"type": "SingleNamespace", "supported": false},
@@ -89,14 +114,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
                 "kind": "LokiStack",
                 "displayName": "LokiStack",
                 "description": "A Grafana Loki deployment whose log streams can be replicated across availability zones.",
-                "resources": [
-                    {"kind": "StatefulSet", "version": "v1"},
-                    {"kind": "Deployment", "version": "v1"},
-                    {"kind": "Service", "version": "v1"},
-                    {"kind": "ConfigMap", "version": "v1"},
-                    {"kind": "ServiceAccount", "version": "v1"},
-                    {"kind": "PodDisruptionBudget", "version": "v1"},
-                ],
+                "resources": resources,
                 "specDescriptors": [
                     descriptor("size", "Size", "The t-shirt size of the deployment", &["urn:alm:descriptor:com.tectonic.ui:select:1x.demo", "urn:alm:descriptor:com.tectonic.ui:select:1x.pico", "urn:alm:descriptor:com.tectonic.ui:select:1x.extra-small", "urn:alm:descriptor:com.tectonic.ui:select:1x.small", "urn:alm:descriptor:com.tectonic.ui:select:1x.medium"]),
                     descriptor("replication.factor", "Replication factor", "Copies of each log stream; with zones, each in a different zone", &["urn:alm:descriptor:com.tectonic.ui:number"]),
@@ -191,24 +209,74 @@ pub fn annotations() -> Vec<(&'static str, String)> {
 
 /// `kubectl kustomize manifests/operator`, as JSON objects.
 pub fn kustomize_operator() -> Result<Vec<Value>> {
+    kustomize(&repo_root().join("manifests/operator"))
+}
+
+/// `kubectl kustomize DIR`, as JSON objects.
+pub fn kustomize(dir: &Path) -> Result<Vec<Value>> {
+    parse_stream(&kustomize_text(dir)?)
+}
+
+/// `kubectl kustomize DIR`, as the YAML stream it prints.
+pub fn kustomize_text(dir: &Path) -> Result<String> {
     let out = Command::new("kubectl")
         .arg("kustomize")
-        .arg(repo_root().join("manifests/operator"))
+        .arg(dir)
         .output()
         .context("running kubectl kustomize (kubectl is needed to build the bundle)")?;
     if !out.status.success() {
         bail!(
-            "kubectl kustomize manifests/operator failed: {}",
+            "kubectl kustomize {} failed: {}",
+            dir.display(),
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let text = String::from_utf8(out.stdout)?;
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The documents of a YAML stream, empty ones left out.
+pub fn parse_stream(text: &str) -> Result<Vec<Value>> {
     let mut docs = Vec::new();
-    for d in serde_yaml::Deserializer::from_str(&text) {
+    for d in serde_yaml::Deserializer::from_str(text) {
         let v: Value = serde::Deserialize::deserialize(d)?;
         if !v.is_null() {
             docs.push(v);
         }
     }
     Ok(docs)
+}
+
+/// A kustomize overlay, written into `dir`, whose `kustomization.yaml` is `body` after a
+/// `resources:` entry for `manifests/operator` and `components:` entries for the named
+/// directories of `manifests/components/`, all by relative path as an overlay of a
+/// user's own repository would name them.
+pub fn write_overlay(dir: &Path, components: &[&str], body: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let dir = dir.canonicalize()?;
+    let manifests = repo_root().join("manifests").canonicalize()?;
+    let rel = relative(&dir, &manifests);
+    let mut text = format!("resources:\n- {rel}/operator\n");
+    if !components.is_empty() {
+        text.push_str("components:\n");
+        for c in components {
+            text.push_str(&format!("- {rel}/components/{c}\n"));
+        }
+    }
+    text.push_str(body);
+    std::fs::write(dir.join("kustomization.yaml"), text)?;
+    Ok(())
+}
+
+/// `to` relative to `from` (both absolute): kustomize refuses absolute resource paths.
+fn relative(from: &Path, to: &Path) -> String {
+    let f: Vec<_> = from.components().collect();
+    let t: Vec<_> = to.components().collect();
+    let common = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut parts: Vec<String> = vec!["..".into(); f.len() - common];
+    parts.extend(
+        t[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    parts.join("/")
 }
