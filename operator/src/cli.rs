@@ -9,6 +9,7 @@ use kube::CustomResourceExt;
 
 use crate::api::LokiStack;
 use crate::defaults::effective;
+use crate::fields;
 use crate::names;
 use crate::render::{render, to_yaml_stream, ServerCapabilities, Settings};
 use crate::validate::validate_stack;
@@ -96,6 +97,22 @@ pub fn parse_stack(file: &Path, text: &str) -> Result<LokiStack, CliError> {
             format!(
                 "expected apiVersion {want} and kind {}, got {api_version:?} and {kind:?}",
                 names::KIND
+            ),
+        ));
+    }
+    let json = serde_json::to_value(&value).map_err(|e| input_err(file, e.to_string()))?;
+    let crd = serde_json::to_value(LokiStack::crd()).map_err(|e| input_err(file, e.to_string()))?;
+    let unknown = fields::unknown(
+        &json,
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+    );
+    if !unknown.is_empty() {
+        let named: Vec<String> = unknown.iter().map(|p| fields::describe(p)).collect();
+        return Err(input_err(
+            file,
+            format!(
+                "{}. The API server would drop these fields silently; remove them or fix their names",
+                named.join("; ")
             ),
         ));
     }

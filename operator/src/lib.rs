@@ -11,6 +11,7 @@ pub mod cli;
 pub mod conditions;
 pub mod controller;
 pub mod defaults;
+pub mod fields;
 pub mod kinds;
 pub mod names;
 pub mod render;

@@ -211,3 +211,30 @@ fn wait_for_zone_times_out_non_zero_naming_the_annotation() {
     );
     assert!(stderr.contains("timed out"), "{stderr}");
 }
+
+#[test]
+fn render_rejects_unknown_fields_and_names_go_operator_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stack = dir.path().join("stack.yaml");
+    let src = std::fs::read_to_string(samples().join("lokistack-demo.yaml")).expect("sample");
+    let src = src.replacen(
+        "spec:\n",
+        "spec:\n  tenants:\n    mode: openshift-logging\n  replicationFactr: 2\n",
+        1,
+    );
+    std::fs::write(&stack, src).expect("write");
+    let out = run(&["render", "-f", stack.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing is rendered");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("spec.replicationFactr: unknown field"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "spec.tenants: a field of the Go Loki Operator that this operator does not support"
+        ),
+        "{stderr}"
+    );
+}
