@@ -1293,6 +1293,55 @@ async fn objects_of_the_same_name_are_never_adopted(env: &mut Env) -> Result<()>
     Ok(())
 }
 
+/// 19. A StorageClass that does not exist holds the stack back with a condition that
+/// names it; once it exists the stack is applied by itself, and a class that binds at
+/// once is a warning for a zone-aware stack.
+async fn storage_class_missing_then_immediate(env: &mut Env) -> Result<()> {
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let ns = "e2e-class";
+    namespace(env, ns).await?;
+    let mut body = stack_json(
+        "sc",
+        "1x.demo",
+        json!({"factor": 1, "zones": [{"topologyKey": ZONE}]}),
+    );
+    body["spec"]["storageClassName"] = json!("e2e-immediate");
+    create_stack(env, ns, body).await?;
+    let s = wait_condition(env, ns, "sc", "Degraded", Some("StorageClassMissing")).await?;
+    let msg = &condition(&s, "Degraded").context("degraded")?.message;
+    ensure!(msg.contains("\"e2e-immediate\""), "message: {msg}");
+    ensure!(
+        workloads(env, ns).await?.is_empty(),
+        "applied without its StorageClass"
+    );
+    let classes: Api<StorageClass> = Api::all(env.admin.clone());
+    let class: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": "e2e-immediate"},
+        "provisioner": "e2e.loki-zone-operator.dev/none",
+        "volumeBindingMode": "Immediate",
+    }))?;
+    classes.create(&PostParams::default(), &class).await?;
+    wait_condition(
+        env,
+        ns,
+        "sc",
+        "Warning",
+        Some("StorageClassImmediateBinding"),
+    )
+    .await?;
+    eventually("the stack applied once its class exists", WAIT, || async {
+        Ok((!workloads(env, ns).await?.is_empty()).then_some(()))
+    })
+    .await?;
+    Api::<LokiStack>::namespaced(env.admin.clone(), ns)
+        .delete("sc", &DeleteParams::default())
+        .await?;
+    classes
+        .delete("e2e-immediate", &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
 fn main() -> std::process::ExitCode {
     let filter: Vec<String> = std::env::args()
         .skip(1)
@@ -1317,6 +1366,7 @@ fn main() -> std::process::ExitCode {
         apply_failure_is_retried_with_the_error_backoff,
         a_stack_that_does_not_decode_stops_only_itself,
         objects_of_the_same_name_are_never_adopted,
+        storage_class_missing_then_immediate,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

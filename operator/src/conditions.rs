@@ -73,6 +73,8 @@ wire_enum! {
         NameConflict => "NameConflict",
         MissingObjectStorageSecret => "MissingObjectStorageSecret",
         InvalidObjectStorageSecret => "InvalidObjectStorageSecret",
+        StorageClassMissing => "StorageClassMissing",
+        StorageClassImmediateBinding => "StorageClassImmediateBinding",
         ZonesSufficient => "ZonesSufficient",
         NoZoneFailureTolerance => "NoZoneFailureTolerance",
         ZoneLabelMissing => "ZoneLabelMissing",

@@ -17,6 +17,7 @@ pub mod names;
 pub mod render;
 pub mod storage;
 pub mod validate;
+pub mod volumes;
 pub mod waitzone;
 pub mod zones;
 

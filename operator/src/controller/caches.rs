@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::ByteString;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -51,6 +52,8 @@ pub struct Caches {
     pub stacks: Store<DynamicObject>,
     pub nodes: Store<Node>,
     pub secrets: Store<Secret>,
+    /// StorageClasses: name, default annotation and binding mode.
+    pub storage_classes: Store<StorageClass>,
     /// Pods labelled `loki.grafana.com/zone-aware=enabled`.
     pub zone_aware_pods: Store<Pod>,
     /// The other pods of stacks (label `app.kubernetes.io/name=lokistack`).
@@ -77,6 +80,7 @@ impl Caches {
         let mut ok = synced("lokistacks", &self.stacks).await
             & synced("nodes", &self.nodes).await
             & synced("secrets", &self.secrets).await
+            & synced("storage classes", &self.storage_classes).await
             & synced("zone-aware pods", &self.zone_aware_pods).await
             & synced("pods", &self.other_pods).await;
         for (kind, _, s) in &self.children {
@@ -253,9 +257,16 @@ pub fn start(
 ) -> (Caches, Vec<JoinHandle<()>>) {
     let (nodes, node_task) = watch_nodes(client, stacks.clone(), &triggers);
     let (secrets, secret_task) = watch_secrets(client, stacks.clone(), &triggers);
+    let (storage_classes, class_task) = watch_storage_classes(client, stacks.clone(), &triggers);
     let (zone_aware_pods, zone_aware_task) = watch_pods(client, &triggers, true);
     let (other_pods, other_task) = watch_pods(client, &triggers, false);
-    let mut tasks = vec![node_task, secret_task, zone_aware_task, other_task];
+    let mut tasks = vec![
+        node_task,
+        secret_task,
+        class_task,
+        zone_aware_task,
+        other_task,
+    ];
     let mut children = Vec::new();
     for kind in ChildKind::ALL {
         let resource = kind.resource(caps);
@@ -267,6 +278,7 @@ pub fn start(
         stacks,
         nodes,
         secrets,
+        storage_classes,
         zone_aware_pods,
         other_pods,
         children,
@@ -340,6 +352,40 @@ fn watch_secrets(
             }
         },
     )
+}
+
+/// StorageClasses: a change (one created, deleted, made default) re-runs every stack;
+/// classes change rarely and every stack's claims may use any of them.
+fn watch_storage_classes(
+    client: &Client,
+    stacks: Store<DynamicObject>,
+    triggers: &Triggers,
+) -> (Store<StorageClass>, JoinHandle<()>) {
+    let stack_tx = triggers.stacks.clone();
+    spawn_typed(
+        Api::<StorageClass>::all(client.clone()),
+        watcher::Config::default(),
+        strip_storage_class,
+        move |ev| {
+            if let watcher::Event::Apply(_) | watcher::Event::Delete(_) = ev {
+                for r in stack_refs(&stacks, |_| true) {
+                    let _ = stack_tx.send(r);
+                }
+            }
+        },
+    )
+}
+
+/// Keeps the name, the default-class annotations and the binding mode.
+pub fn strip_storage_class(c: &mut StorageClass) {
+    strip_meta(&mut c.metadata);
+    c.metadata.labels = None;
+    c.parameters = None;
+    c.mount_options = None;
+    c.allowed_topologies = None;
+    if let Some(a) = c.metadata.annotations.as_mut() {
+        a.retain(|k, _| k.contains("is-default-class"));
+    }
 }
 
 /// Pods are cached once, in one of two stores split by label: zone-aware pods (every pod

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
@@ -31,6 +32,8 @@ pub struct Snapshot {
     pub uid: String,
     /// The object storage Secret, with key names only.
     pub secret: Option<Arc<Secret>>,
+    /// The StorageClass the stack's claims get: the one it names, else the default.
+    pub storage_class: Option<Arc<StorageClass>>,
     /// Every node, for a zone-aware stack (its zone check counts them all); else empty.
     pub nodes: Vec<Arc<Node>>,
     /// The stack's pods (by instance label), sorted by name.
@@ -52,6 +55,14 @@ impl Snapshot {
         let secret = caches
             .secrets
             .get(&ObjectRef::new(&stack.spec.storage.secret.name).within(&namespace));
+        let storage_class = match stack.spec.storage_class_name.as_deref() {
+            Some(name) => caches.storage_classes.get(&ObjectRef::new(name)),
+            None => caches
+                .storage_classes
+                .state()
+                .into_iter()
+                .find(|c| crate::volumes::is_default(c)),
+        };
         let nodes = if zone_aware(&stack.spec) {
             caches.nodes.state()
         } else {
@@ -73,6 +84,7 @@ impl Snapshot {
             name,
             uid,
             secret,
+            storage_class,
             nodes,
             pods,
             pod_nodes,

@@ -17,6 +17,7 @@ use crate::names;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
 use crate::storage::{check_secret, StorageSecretError};
 use crate::validate::{validate_stack, InvalidSpec};
+use crate::volumes::{self, StorageClassFinding};
 use crate::zones::{self, ZoneCheck};
 
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,7 @@ pub enum PlanError {
 pub struct Findings {
     pub invalid: Option<InvalidSpec>,
     pub secret: Option<StorageSecretError>,
+    pub storage_class: Option<StorageClassFinding>,
     /// `None` for a stack that is not zone-aware.
     pub zone: Option<ZoneCheck>,
 }
@@ -44,6 +46,9 @@ impl Findings {
         }
         if let Some(e) = &self.secret {
             return Some((e.reason(), e.to_string()));
+        }
+        if let Some(f) = self.storage_class.as_ref().filter(|f| f.holds_back()) {
+            return Some((f.reason(), f.to_string()));
         }
         self.zone
             .as_ref()
@@ -89,6 +94,11 @@ pub fn plan(
             snapshot.secret.as_deref(),
         )
         .err(),
+        storage_class: volumes::check(
+            stack.spec.storage_class_name.as_deref(),
+            snapshot.storage_class.as_deref(),
+            eff.zone_aware(),
+        ),
         zone: eff
             .zone_aware()
             .then(|| zones::check(&eff, snapshot.nodes.iter().map(AsRef::as_ref))),
@@ -185,10 +195,19 @@ mod tests {
 
     fn snapshot_for(s: &LokiStack) -> Snapshot {
         let keys = crate::storage::required_keys(s.spec.storage.secret.type_);
+        let class = k8s_openapi::api::storage::v1::StorageClass {
+            metadata: kube::api::ObjectMeta {
+                name: s.spec.storage_class_name.clone(),
+                ..Default::default()
+            },
+            volume_binding_mode: Some("WaitForFirstConsumer".into()),
+            ..Default::default()
+        };
         Snapshot {
             namespace: "ns".into(),
             name: s.metadata.name.clone().unwrap_or_default(),
             secret: Some(secret_with(&keys)),
+            storage_class: Some(Arc::new(class)),
             ..Default::default()
         }
     }

@@ -305,6 +305,14 @@ fn zone_unavailable(plan: &Plan, snapshot: &Snapshot) -> Option<(Reason, String)
 
 fn warnings(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> Vec<(Reason, String)> {
     let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot).into_iter().collect();
+    if let Some(f) = plan
+        .findings
+        .storage_class
+        .as_ref()
+        .filter(|f| !f.holds_back())
+    {
+        out.push((f.reason(), f.to_string()));
+    }
     if let Some(z) = plan
         .findings
         .zone
