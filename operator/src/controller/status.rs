@@ -303,6 +303,7 @@ fn zone_unavailable(plan: &Plan, snapshot: &Snapshot) -> Option<(Reason, String)
     ))
 }
 
+/// Every warning, the most pressing first: its reason becomes the condition's.
 fn warnings(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> Vec<(Reason, String)> {
     let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot).into_iter().collect();
     if let Some(f) = plan
@@ -312,14 +313,6 @@ fn warnings(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> Vec<(Reas
         .filter(|f| !f.holds_back())
     {
         out.push((f.reason(), f.to_string()));
-    }
-    if let Some(z) = plan
-        .findings
-        .zone
-        .as_ref()
-        .filter(|z| z.verdict == ZoneVerdict::NoZoneFailureTolerance)
-    {
-        out.push((z.verdict.reason(), z.message()));
     }
     if !pod_zones.without_zone.is_empty() {
         out.push((
@@ -338,6 +331,15 @@ fn warnings(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> Vec<(Reas
                 name_list(&pod_zones.drifted)
             ),
         ));
+    }
+    // Advice about the layout, not about something happening now: last.
+    if let Some(z) = plan
+        .findings
+        .zone
+        .as_ref()
+        .filter(|z| z.verdict == ZoneVerdict::NoZoneFailureTolerance)
+    {
+        out.push((z.verdict.reason(), z.message()));
     }
     out
 }
