@@ -788,7 +788,10 @@ fn optional_pieces_are_components() {
         .map(|e| file_name(&e.expect("entry").path()))
         .collect();
     names.sort();
-    assert_eq!(names, vec!["high-availability", "zone-outage-recovery"]);
+    assert_eq!(
+        names,
+        vec!["high-availability", "monitoring", "zone-outage-recovery"]
+    );
     for name in &names {
         let k = yaml(&read(&format!(
             "manifests/components/{name}/kustomization.yaml"
