@@ -12,6 +12,7 @@ use crate::api::{
     ObjectStorageSchemaVersion, ZoneSpec,
 };
 use crate::names;
+use crate::storage::StoreParams;
 
 /// The default schema period for a stack that names none: TSDB index, schema v13.
 pub const DEFAULT_SCHEMA_DATE: &str = "2024-04-02";
@@ -147,6 +148,9 @@ pub struct EffectiveStack {
     pub schemas: Vec<ObjectStorageSchema>,
     /// The components this stack runs, in [`Component::ALL`] order.
     pub components: Vec<EffectiveComponent>,
+    /// What the storage Secret says beyond its key names (the S3 endpoint); empty until
+    /// the plan reads the Secret, and when rendering offline.
+    pub store: StoreParams,
 }
 
 impl EffectiveStack {
@@ -292,6 +296,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
             .unwrap_or_default(),
         schemas,
         components,
+        store: StoreParams::default(),
     }
 }
 

@@ -358,9 +358,9 @@ fn limits(eff: &EffectiveStack) -> Value {
 pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, RenderError> {
     let name = stack.metadata.name.as_deref().ok_or(RenderError::NoName)?;
     let st = stack.spec.storage.secret.type_;
-    let fields: Vec<Value> = storage::fields(st)
-        .iter()
-        .map(|f| json!({"config_key": f.config_key, "expansion": format!("${{{}}}", storage::env_name(f))}))
+    let fields: Vec<Value> = storage::config_fields(st, &eff.store)
+        .into_iter()
+        .map(|(key, value)| json!({"config_key": key, "value": value}))
         .collect();
     let schemas: Vec<Value> = eff
         .schemas
@@ -395,7 +395,8 @@ pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, Re
         "limits": limits(eff),
         "addresses": {
             "compactor_grpc": svc_dns(stack, &Component::Compactor.grpc_service_name(name), names::PORT_GRPC),
-            "index_gateway_grpc": format!("dns:///{}", svc_dns(stack, &Component::IndexGateway.grpc_service_name(name), names::PORT_GRPC)),
+            // dns+: Loki's gRPC client resolves every replica behind the headless Service.
+            "index_gateway_grpc": format!("dns+{}", svc_dns(stack, &Component::IndexGateway.grpc_service_name(name), names::PORT_GRPC)),
             "query_frontend_grpc": svc_dns(stack, &Component::QueryFrontend.grpc_service_name(name), names::PORT_GRPC),
             "querier_http": svc_dns(stack, &Component::Querier.http_service_name(name), names::PORT_HTTP),
             "gossip": svc_dns(stack, &names::gossip_service_name(name), names::PORT_GOSSIP),
@@ -460,18 +461,6 @@ fn zone_ctx(
     })
 }
 
-fn storage_env(stack: &LokiStack) -> Vec<Value> {
-    let secret = &stack.spec.storage.secret;
-    let mut env: Vec<Value> = storage::fields(secret.type_)
-        .iter()
-        .map(|f| json!({"name": storage::env_name(f), "secret": secret.name, "key": f.secret_key, "optional": !f.required}))
-        .collect();
-    if let Some(dir) = storage::secret_mount(secret.type_) {
-        env.push(json!({"name": storage::GCS_CREDENTIALS_ENV, "value": format!("{dir}/{}", storage::GCS_KEY_FILE)}));
-    }
-    env
-}
-
 fn workload(
     stack: &LokiStack,
     name: &str,
@@ -531,7 +520,7 @@ fn workload(
         ],
         "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p})).collect::<Vec<_>>(),
         "http_port": names::PORT_HTTP,
-        "env": storage_env(stack),
+        "env": storage::env(stack.spec.storage.secret.type_, &stack.spec.storage.secret.name),
         "requests": c.requests,
         "config_volume": names::VOLUME_CONFIG,
         "config_mount_dir": names::CONFIG_MOUNT_DIR,

@@ -410,6 +410,14 @@ fn loki_config_reads_credentials_from_env_for_every_storage_type() {
         let store = &c["common"]["storage"]["object_store"][block];
         assert!(store.is_object(), "{st:?}: no object_store.{block}");
         for f in crate::storage::fields(st) {
+            if f.client_env.is_some() {
+                // Read by the store's client from the environment: never in the config.
+                assert!(
+                    !store.to_string().contains(&crate::storage::env_name(f)),
+                    "{st:?}"
+                );
+                continue;
+            }
             assert_eq!(
                 store[f.config_key],
                 format!("${{{}}}", crate::storage::env_name(f)),
@@ -576,7 +584,10 @@ fn snapshot_zones_removed() {
         .expect("replication")
         .zones
         .clear();
-    insta::assert_snapshot!("small_zones_removed", snapshot_stream(&s));
+    // Turning zones off leaves no zone piece behind: exactly what a stack that never had
+    // zones renders (a separate snapshot would only repeat the plain one).
+    let never = stack("lokistack-dev", stack_spec(LokiStackSize::Small));
+    assert_eq!(snapshot_stream(&s), snapshot_stream(&never));
 }
 
 #[test]

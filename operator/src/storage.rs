@@ -1,9 +1,15 @@
-//! Object storage: which Secret keys each storage type needs, and how they reach Loki.
+//! Object storage: which Secret keys each storage type needs, and every piece of the Loki
+//! pods and config that comes from them (config fragment, environment, volume).
 //!
-//! Credentials never enter the ConfigMap. Each config field is an environment variable
-//! read from the storage Secret (`secretKeyRef`), which Loki expands at start; the GCS key
-//! file is mounted and found through `GOOGLE_APPLICATION_CREDENTIALS`. The Secret keys are
-//! the Go Loki Operator's, so existing Secrets keep working.
+//! Credentials never enter the ConfigMap. S3 credentials reach Loki as the standard AWS
+//! environment variables, which its S3 client reads with no expansion at all. Other
+//! fields are environment variables read from the storage Secret (`secretKeyRef`) that
+//! Loki expands into its config at start; a value containing a character that could
+//! change the YAML it is expanded into is refused with a condition naming the key. The
+//! S3 endpoint is an address, not a credential: the operator reads it and renders host,
+//! port, TLS and addressing style from it. The GCS key file is mounted and found through
+//! `GOOGLE_APPLICATION_CREDENTIALS`. The Secret keys are the Go Loki Operator's, so
+//! existing Secrets keep working.
 
 use std::collections::BTreeMap;
 
@@ -21,6 +27,9 @@ pub struct StorageField {
     /// The key in the storage Secret.
     pub secret_key: &'static str,
     pub required: bool,
+    /// `Some(var)`: the value reaches Loki as this environment variable, read by the
+    /// store's client itself, and is not in the config.
+    pub client_env: Option<&'static str>,
 }
 
 const fn req(config_key: &'static str, secret_key: &'static str) -> StorageField {
@@ -28,6 +37,7 @@ const fn req(config_key: &'static str, secret_key: &'static str) -> StorageField
         config_key,
         secret_key,
         required: true,
+        client_env: None,
     }
 }
 
@@ -36,16 +46,41 @@ const fn opt(config_key: &'static str, secret_key: &'static str) -> StorageField
         config_key,
         secret_key,
         required: false,
+        client_env: None,
+    }
+}
+
+const fn client_env(secret_key: &'static str, var: &'static str) -> StorageField {
+    StorageField {
+        config_key: "",
+        secret_key,
+        required: true,
+        client_env: Some(var),
     }
 }
 
 const S3: &[StorageField] = &[
     req("endpoint", "endpoint"),
     req("bucket_name", "bucketnames"),
-    req("access_key_id", "access_key_id"),
-    req("secret_access_key", "access_key_secret"),
+    client_env("access_key_id", "AWS_ACCESS_KEY_ID"),
+    client_env("access_key_secret", "AWS_SECRET_ACCESS_KEY"),
     opt("region", "region"),
 ];
+
+/// Secret keys whose values are addresses or settings, not credentials: the cache keeps
+/// them, so the operator can render what Loki needs from them.
+pub const PLAIN_KEYS: [&str; 3] = ["endpoint", "region", "forcepathstyle"];
+
+/// A cached Secret value that could change the YAML it is expanded into (a quote, a
+/// backslash, a line break) is replaced by this byte; any other by [`VALUE_SAFE`].
+pub const VALUE_UNSAFE: u8 = 2;
+pub const VALUE_SAFE: u8 = 1;
+
+pub fn unsafe_in_yaml(value: &[u8]) -> bool {
+    value
+        .iter()
+        .any(|b| matches!(b, b'"' | b'\\' | b'\n' | b'\r'))
+}
 const GCS: &[StorageField] = &[req("bucket_name", "bucketname")];
 const AZURE: &[StorageField] = &[
     req("account_name", "account_name"),
@@ -101,7 +136,157 @@ pub fn config_block(t: ObjectStorageSecretType) -> &'static str {
 
 /// The environment variable carrying one storage field into the Loki container.
 pub fn env_name(f: &StorageField) -> String {
-    format!("LOKI_STORAGE_{}", f.config_key.to_ascii_uppercase())
+    match f.client_env {
+        Some(var) => var.to_string(),
+        None => format!("LOKI_STORAGE_{}", f.config_key.to_ascii_uppercase()),
+    }
+}
+
+/// The environment of every Loki container: one variable per storage field, from the
+/// Secret, and where the mounted key file is.
+pub fn env(t: ObjectStorageSecretType, secret: &str) -> Vec<serde_json::Value> {
+    let mut env: Vec<serde_json::Value> = fields(t)
+        .iter()
+        .map(|f| serde_json::json!({"name": env_name(f), "secret": secret, "key": f.secret_key, "optional": !f.required}))
+        .collect();
+    if let Some(dir) = secret_mount(t) {
+        env.push(serde_json::json!({"name": GCS_CREDENTIALS_ENV, "value": format!("{dir}/{GCS_KEY_FILE}")}));
+    }
+    env
+}
+
+/// The S3 endpoint, resolved from what the Secret gives: a URL (`https://host:port`,
+/// `http://host`) or `host[:port]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Endpoint {
+    /// `host[:port]`, as Loki's S3 client wants it (no scheme, no path).
+    pub host: String,
+    /// Plain HTTP: an `http://` URL.
+    pub insecure: bool,
+    /// `path` for stores other than AWS (MinIO, Ceph RGW...), `virtual-hosted` for AWS,
+    /// unless the Secret's `forcepathstyle` says otherwise.
+    pub bucket_lookup: &'static str,
+    /// The Secret's `region`, else the one an AWS regional endpoint names.
+    pub region: Option<String>,
+}
+
+pub fn parse_s3_endpoint(
+    endpoint: &str,
+    region: Option<&str>,
+    force_path_style: Option<&str>,
+) -> Result<S3Endpoint, String> {
+    let endpoint = endpoint.trim();
+    let (insecure, rest) = if let Some(r) = endpoint.strip_prefix("https://") {
+        (false, r)
+    } else if let Some(r) = endpoint.strip_prefix("http://") {
+        (true, r)
+    } else if endpoint.contains("://") {
+        return Err(format!(
+            "{endpoint:?}: only http:// and https:// endpoints are supported"
+        ));
+    } else {
+        (false, endpoint)
+    };
+    let host = rest.strip_suffix('/').unwrap_or(rest);
+    if host.is_empty() || host.contains('/') || host.contains('?') || host.contains('@') {
+        return Err(format!(
+            "{endpoint:?} is not an address: give host[:port] or a URL without a path, such as https://s3.eu-west-1.amazonaws.com or http://minio.storage.svc:9000"
+        ));
+    }
+    let hostname = host.split(':').next().unwrap_or(host);
+    let aws = hostname.ends_with(".amazonaws.com");
+    let path_style = match force_path_style.map(str::trim) {
+        Some("true") => true,
+        Some("false") => false,
+        _ => !aws,
+    };
+    let aws_region = || {
+        let r = hostname.strip_suffix(".amazonaws.com")?;
+        let r = r.strip_prefix("s3.").or_else(|| r.strip_prefix("s3-"))?;
+        (!r.is_empty() && !r.contains('.')).then(|| r.to_string())
+    };
+    Ok(S3Endpoint {
+        host: host.to_string(),
+        insecure,
+        bucket_lookup: if path_style { "path" } else { "virtual-hosted" },
+        region: region
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+            .map(str::to_string)
+            .or_else(aws_region),
+    })
+}
+
+/// What Loki's config needs from the store beyond the Secret's key names. Empty when
+/// rendering offline (no Secret at hand): the endpoint is then expanded as given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreParams {
+    pub s3: Option<S3Endpoint>,
+}
+
+fn plain_value<'a>(secret: &'a Secret, key: &str) -> Option<&'a str> {
+    let from_data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .and_then(|v| std::str::from_utf8(&v.0).ok());
+    let from_string = secret
+        .string_data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(String::as_str);
+    from_string.or(from_data)
+}
+
+/// Reads the plain values of the Secret (see [`PLAIN_KEYS`]).
+pub fn store_params(
+    t: ObjectStorageSecretType,
+    name: &str,
+    secret: &Secret,
+) -> Result<StoreParams, StorageSecretError> {
+    if t != ObjectStorageSecretType::S3 {
+        return Ok(StoreParams::default());
+    }
+    let Some(endpoint) = plain_value(secret, "endpoint") else {
+        return Ok(StoreParams::default());
+    };
+    let s3 = parse_s3_endpoint(
+        endpoint,
+        plain_value(secret, "region"),
+        plain_value(secret, "forcepathstyle"),
+    )
+    .map_err(|message| StorageSecretError::InvalidValue {
+        name: name.to_string(),
+        key: "endpoint",
+        message,
+    })?;
+    Ok(StoreParams { s3: Some(s3) })
+}
+
+/// `common.storage.object_store.<block>`, as (key, YAML value) pairs: literal values the
+/// operator resolved, else `"${VAR}"` expansions of the Secret's values.
+pub fn config_fields(t: ObjectStorageSecretType, params: &StoreParams) -> Vec<(String, String)> {
+    let quote = |v: &str| serde_json::Value::String(v.to_string()).to_string();
+    let mut out: Vec<(String, String)> = Vec::new();
+    for f in fields(t).iter().filter(|f| f.client_env.is_none()) {
+        let literal = match (f.config_key, &params.s3) {
+            ("endpoint", Some(s3)) => Some(Some(quote(&s3.host))),
+            // Known to be unset: the client's default (no region, as MinIO wants).
+            ("region", Some(s3)) => Some(s3.region.as_deref().map(quote)),
+            _ => None,
+        };
+        let value = match literal {
+            Some(Some(v)) => v,
+            Some(None) => continue,
+            None => format!("\"${{{}}}\"", env_name(f)),
+        };
+        out.push((f.config_key.to_string(), value));
+    }
+    if let Some(s3) = &params.s3 {
+        out.push(("insecure".into(), s3.insecure.to_string()));
+        out.push(("bucket_lookup_type".into(), quote(s3.bucket_lookup)));
+    }
+    out
 }
 
 /// Every Secret key the storage type needs.
@@ -138,6 +323,12 @@ pub enum StorageSecretError {
         missing: String,
         present: String,
     },
+    #[error("storage secret {name:?}: key {key}: {message}")]
+    InvalidValue {
+        name: String,
+        key: &'static str,
+        message: String,
+    },
 }
 
 impl StorageSecretError {
@@ -145,7 +336,9 @@ impl StorageSecretError {
     pub fn reason(&self) -> Reason {
         match self {
             StorageSecretError::Missing { .. } => Reason::MissingObjectStorageSecret,
-            StorageSecretError::InvalidKeys { .. } => Reason::InvalidObjectStorageSecret,
+            StorageSecretError::InvalidKeys { .. } | StorageSecretError::InvalidValue { .. } => {
+                Reason::InvalidObjectStorageSecret
+            }
         }
     }
 }
@@ -177,6 +370,22 @@ pub fn check_secret(
         .into_iter()
         .filter(|k| !present.get(k).copied().unwrap_or(false))
         .collect();
+    // Values Loki expands into its YAML must not be able to change it (see the module doc).
+    let expanded = fields(t).iter().filter(|f| f.client_env.is_none());
+    for f in expanded {
+        let marked = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(f.secret_key))
+            .is_some_and(|v| v.0 == [VALUE_UNSAFE]);
+        if marked {
+            return Err(StorageSecretError::InvalidValue {
+                name: name.to_string(),
+                key: f.secret_key,
+                message: "contains a quote, a backslash or a line break, which would change the Loki configuration it is expanded into; remove it".into(),
+            });
+        }
+    }
     if missing.is_empty() {
         Ok(())
     } else {
@@ -249,5 +458,126 @@ mod tests {
                 .to_string()
                 .contains("key.json")
         );
+    }
+
+    #[test]
+    fn s3_endpoints_in_every_form() {
+        let cases = [
+            (
+                "https://s3.eu-west-1.amazonaws.com",
+                None,
+                None,
+                (
+                    "s3.eu-west-1.amazonaws.com",
+                    false,
+                    "virtual-hosted",
+                    Some("eu-west-1"),
+                ),
+            ),
+            (
+                "s3.amazonaws.com",
+                Some("us-east-1"),
+                None,
+                (
+                    "s3.amazonaws.com",
+                    false,
+                    "virtual-hosted",
+                    Some("us-east-1"),
+                ),
+            ),
+            (
+                "http://minio.storage.svc:9000",
+                None,
+                None,
+                ("minio.storage.svc:9000", true, "path", None),
+            ),
+            (
+                "https://minio.example.com/",
+                None,
+                None,
+                ("minio.example.com", false, "path", None),
+            ),
+            (
+                "ceph.example.com:7480",
+                Some("default"),
+                None,
+                ("ceph.example.com:7480", false, "path", Some("default")),
+            ),
+            (
+                "minio.local",
+                None,
+                Some("false"),
+                ("minio.local", false, "virtual-hosted", None),
+            ),
+        ];
+        for (endpoint, region, force, (host, insecure, lookup, want_region)) in cases {
+            let e = parse_s3_endpoint(endpoint, region, force).expect(endpoint);
+            assert_eq!(
+                (
+                    e.host.as_str(),
+                    e.insecure,
+                    e.bucket_lookup,
+                    e.region.as_deref()
+                ),
+                (host, insecure, lookup, want_region),
+                "{endpoint}"
+            );
+        }
+        for bad in ["https://minio/bucket", "ftp://x", "", "https://user@host"] {
+            assert!(parse_s3_endpoint(bad, None, None).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn s3_config_lines_for_a_plain_http_store() {
+        let secret = Secret {
+            data: Some(
+                [(
+                    "endpoint".to_string(),
+                    ByteString(b"http://minio.storage.svc:9000".to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        let params = store_params(ObjectStorageSecretType::S3, "s", &secret).expect("params");
+        let lines: Vec<String> = config_fields(ObjectStorageSecretType::S3, &params)
+            .into_iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "endpoint: \"minio.storage.svc:9000\"",
+                "bucket_name: \"${LOKI_STORAGE_BUCKET_NAME}\"",
+                "insecure: true",
+                "bucket_lookup_type: \"path\"",
+            ]
+        );
+        let bad = Secret {
+            data: Some(
+                [(
+                    "endpoint".to_string(),
+                    ByteString(b"https://minio/loki".to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        let e = store_params(ObjectStorageSecretType::S3, "s", &bad).expect_err("path");
+        assert_eq!(e.reason(), Reason::InvalidObjectStorageSecret);
+        assert!(e.to_string().contains("key endpoint"), "{e}");
+    }
+
+    #[test]
+    fn values_that_would_change_the_yaml_are_refused() {
+        let s = secret(&[("bucketname", "b"), ("key.json", "{}")]);
+        let mut s = s;
+        s.data
+            .as_mut()
+            .expect("data")
+            .insert("bucketname".into(), ByteString(vec![VALUE_UNSAFE]));
+        let e = check_secret(ObjectStorageSecretType::Gcs, "s", "n", Some(&s)).expect_err("unsafe");
+        assert!(e.to_string().contains("key bucketname"), "{e}");
     }
 }

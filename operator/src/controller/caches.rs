@@ -30,6 +30,7 @@ use crate::controller::stacks::{
 use crate::kinds::ChildKind;
 use crate::names;
 use crate::render::ServerCapabilities;
+use crate::storage;
 
 /// The label selector of everything the operator creates.
 pub fn managed_selector() -> String {
@@ -167,16 +168,24 @@ pub fn strip_pod(p: &mut Pod) {
     });
 }
 
-/// Keeps key names only: an empty value stays empty, any other becomes one byte, which is
-/// all the storage check needs. Credentials never sit in the operator's memory.
+/// Keeps key names, and values only of the keys that are addresses, not credentials
+/// (`storage::PLAIN_KEYS`). Any other value becomes one byte: empty stays empty, else
+/// whether it could be expanded into YAML safely, which is all the storage check needs.
+/// Credentials never sit in the operator's memory.
 pub fn strip_secret(s: &mut Secret) {
     strip_meta(&mut s.metadata);
     s.metadata.annotations = None;
     s.string_data = None;
-    if let Some(data) = s.data.as_mut() {
-        for v in data.values_mut() {
-            *v = ByteString(if v.0.is_empty() { vec![] } else { vec![1] });
+    for (k, v) in s.data.iter_mut().flatten() {
+        if v.0.is_empty() || storage::PLAIN_KEYS.contains(&k.as_str()) {
+            continue;
         }
+        let marker = if storage::unsafe_in_yaml(&v.0) {
+            storage::VALUE_UNSAFE
+        } else {
+            storage::VALUE_SAFE
+        };
+        *v = ByteString(vec![marker]);
     }
 }
 
@@ -539,6 +548,11 @@ mod tests {
                 [
                     ("a".to_string(), ByteString(b"hunter2".to_vec())),
                     ("b".to_string(), ByteString(vec![])),
+                    ("q".to_string(), ByteString(b"pass\"word".to_vec())),
+                    (
+                        "endpoint".to_string(),
+                        ByteString(b"https://s3.amazonaws.com".to_vec()),
+                    ),
                 ]
                 .into(),
             ),
@@ -547,8 +561,10 @@ mod tests {
         };
         strip_secret(&mut s);
         let data = s.data.expect("data");
-        assert_eq!(data["a"].0, vec![1]);
+        assert_eq!(data["a"].0, vec![storage::VALUE_SAFE]);
         assert!(data["b"].0.is_empty());
+        assert_eq!(data["q"].0, vec![storage::VALUE_UNSAFE]);
+        assert_eq!(data["endpoint"].0, b"https://s3.amazonaws.com".to_vec());
         assert!(s.string_data.is_none());
     }
 

@@ -15,7 +15,7 @@ use crate::defaults::{effective, EffectiveStack};
 use crate::kinds::ChildKind;
 use crate::names;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
-use crate::storage::{check_secret, StorageSecretError};
+use crate::storage::{check_secret, store_params, StorageSecretError, StoreParams};
 use crate::validate::{validate_stack, InvalidSpec};
 use crate::volumes::{self, StorageClassFinding};
 use crate::zones::{self, ZoneCheck};
@@ -84,16 +84,28 @@ pub fn plan(
     settings: &Settings,
     caps: &ServerCapabilities,
 ) -> Result<Plan, PlanError> {
-    let eff = effective(&stack.spec);
+    let mut eff = effective(&stack.spec);
+    let secret_spec = &stack.spec.storage.secret;
+    let secret = check_secret(
+        secret_spec.type_,
+        &secret_spec.name,
+        &snapshot.namespace,
+        snapshot.secret.as_deref(),
+    )
+    .and_then(|()| match snapshot.secret.as_deref() {
+        Some(s) => store_params(secret_spec.type_, &secret_spec.name, s),
+        None => Ok(StoreParams::default()),
+    });
+    let secret = match secret {
+        Ok(params) => {
+            eff.store = params;
+            None
+        }
+        Err(e) => Some(e),
+    };
     let findings = Findings {
         invalid: validate_stack(stack).err(),
-        secret: check_secret(
-            stack.spec.storage.secret.type_,
-            &stack.spec.storage.secret.name,
-            &snapshot.namespace,
-            snapshot.secret.as_deref(),
-        )
-        .err(),
+        secret,
         storage_class: volumes::check(
             stack.spec.storage_class_name.as_deref(),
             snapshot.storage_class.as_deref(),
