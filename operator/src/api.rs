@@ -2,7 +2,7 @@
 //! the fields this operator supports.
 //!
 //! Doc comments become the CRD's field descriptions. Static rules live here as OpenAPI
-//! constraints and CEL rules (SPEC.md section 1); [`crate::validate`] checks the same rules
+//! constraints and CEL rules; [`crate::validate`] checks the same rules
 //! again in the reconciler, because API servers older than 1.25 ignore CEL.
 
 use std::collections::BTreeMap;

@@ -151,6 +151,9 @@ pub struct EffectiveStack {
     /// What the storage Secret says beyond its key names (the S3 endpoint); empty until
     /// the plan reads the Secret, and when rendering offline.
     pub store: StoreParams,
+    /// Unavailable zones (single-key stacks only) that stateless components are kept
+    /// out of on servers whose spread constraints do not honour taints; set by the plan.
+    pub avoid_zones: Vec<String>,
 }
 
 impl EffectiveStack {
@@ -297,6 +300,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         schemas,
         components,
         store: StoreParams::default(),
+        avoid_zones: Vec::new(),
     }
 }
 

@@ -62,7 +62,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The default Loki image (REFERENCE.md).
+/// The default Loki image: the version the Go Loki Operator ships.
 pub const DEFAULT_LOKI_IMAGE: &str = "docker.io/grafana/loki:3.7.3";
 /// The default operator image, which also serves the zone init container.
 pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(
@@ -301,7 +301,7 @@ pub fn parse(doc: &Document) -> Result<Child, RenderError> {
     })
 }
 
-/// Labels on every object of a stack (REFERENCE.md "Labels").
+/// Labels on every object of a stack, as the Go Loki Operator sets them.
 pub fn common_labels(stack: &str) -> BTreeMap<String, String> {
     [
         (names::LABEL_NAME, names::LABEL_NAME_VALUE),
@@ -440,6 +440,14 @@ fn zone_ctx(
     // only Deployments need their rollout spread by pod-template-hash.
     let match_label_keys = (caps.spread_match_label_keys && kind == WorkloadKind::Deployment)
         .then(|| vec!["pod-template-hash"]);
+    // Servers that honour taints in spread constraints leave a lost zone out by its
+    // unreachable taints; older ones need the affinity (see _zone.tera).
+    let avoid = match (eff.zones.as_slice(), eff.avoid_zones.is_empty()) {
+        ([z], false) if kind == WorkloadKind::Deployment && !caps.spread_node_taints_policy => {
+            json!({"key": z.topology_key, "values": eff.avoid_zones})
+        }
+        _ => Value::Null,
+    };
     json!({
         "entries": eff.zones,
         "keys_joined": eff.topology_keys().join(names::ZONE_KEYS_SEPARATOR),
@@ -458,7 +466,69 @@ fn zone_ctx(
         "timeout": settings.zone_wait_timeout,
         "match_label_keys": match_label_keys,
         "node_taints_policy": caps.spread_node_taints_policy,
+        "avoid": avoid,
     })
+}
+
+/// The volumes of a component's pods: StatefulSets keep data on claims, Deployments get
+/// an emptyDir at the same paths; plus the storage Secret where the store reads a file.
+fn pod_volumes(stack: &LokiStack, c: &EffectiveComponent) -> Value {
+    let (claims, empty_dirs) = match c.component.kind() {
+        WorkloadKind::StatefulSet => (c.volumes.clone(), vec![]),
+        WorkloadKind::Deployment => (
+            vec![],
+            vec![crate::defaults::Volume {
+                name: names::PVC_STORAGE,
+                mount_path: names::DATA_DIR,
+                size: "",
+            }],
+        ),
+    };
+    let data_volumes: Vec<_> = claims.iter().chain(empty_dirs.iter()).collect();
+    let secret = &stack.spec.storage.secret;
+    let secret_volume = storage::secret_mount(secret.type_).map(|dir| {
+        json!({"name": names::VOLUME_STORAGE_SECRET, "mount_path": dir, "secret": secret.name})
+    });
+    json!({
+        "data_volumes": data_volumes,
+        "empty_dirs": empty_dirs,
+        "claims": claims,
+        "storage_class": stack.spec.storage_class_name,
+        "secret_volume": secret_volume,
+    })
+}
+
+/// The Loki container: image, target, config flags, ports, storage environment.
+fn container(stack: &LokiStack, c: &EffectiveComponent, settings: &Settings) -> Value {
+    let comp = c.component;
+    let ports = [
+        (names::PORT_NAME_HTTP, names::PORT_HTTP),
+        (names::PORT_NAME_GRPC, names::PORT_GRPC),
+        (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
+    ];
+    let secret = &stack.spec.storage.secret;
+    json!({
+        "container_name": format!("loki-{}", comp.name()),
+        "image": settings.loki_image,
+        "args": [
+            format!("-target={}", comp.name()),
+            format!("-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_FILE),
+            format!("-runtime-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::RUNTIME_CONFIG_FILE),
+            "-config.expand-env=true",
+        ],
+        "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p})).collect::<Vec<_>>(),
+        "http_port": names::PORT_HTTP,
+        "env": storage::env(secret.type_, &secret.name),
+        "requests": c.requests,
+        "config_volume": names::VOLUME_CONFIG,
+        "config_mount_dir": names::CONFIG_MOUNT_DIR,
+    })
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
+        into.extend(from);
+    }
 }
 
 fn workload(
@@ -474,28 +544,7 @@ fn workload(
     let kind = comp.kind();
     let mut pod_labels = component_labels(name, comp);
     pod_labels.insert(names::LABEL_GOSSIP.into(), "true".into());
-    let ports = [
-        (names::PORT_NAME_HTTP, names::PORT_HTTP),
-        (names::PORT_NAME_GRPC, names::PORT_GRPC),
-        (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
-    ];
-    // StatefulSets keep data on claims; Deployments get an emptyDir at the same paths.
-    let (claims, empty_dirs) = match kind {
-        WorkloadKind::StatefulSet => (c.volumes.clone(), vec![]),
-        WorkloadKind::Deployment => (
-            vec![],
-            vec![crate::defaults::Volume {
-                name: names::PVC_STORAGE,
-                mount_path: names::DATA_DIR,
-                size: "",
-            }],
-        ),
-    };
-    let data_volumes: Vec<_> = claims.iter().chain(empty_dirs.iter()).collect();
-    let secret_volume = storage::secret_mount(stack.spec.storage.secret.type_).map(|dir| {
-        json!({"name": names::VOLUME_STORAGE_SECRET, "mount_path": dir, "secret": stack.spec.storage.secret.name})
-    });
-    let ctx = json!({
+    let mut ctx = json!({
         "stack": stack_ctx(stack),
         "name": comp.workload_name(name),
         "labels": component_labels(name, comp),
@@ -510,27 +559,10 @@ fn workload(
         "node_selector": c.node_selector,
         "tolerations": c.tolerations,
         "zone": zone_ctx(eff, settings, caps, kind),
-        "container_name": format!("loki-{}", comp.name()),
-        "image": settings.loki_image,
-        "args": [
-            format!("-target={}", comp.name()),
-            format!("-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_FILE),
-            format!("-runtime-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::RUNTIME_CONFIG_FILE),
-            "-config.expand-env=true",
-        ],
-        "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p})).collect::<Vec<_>>(),
-        "http_port": names::PORT_HTTP,
-        "env": storage::env(stack.spec.storage.secret.type_, &stack.spec.storage.secret.name),
-        "requests": c.requests,
-        "config_volume": names::VOLUME_CONFIG,
-        "config_mount_dir": names::CONFIG_MOUNT_DIR,
         "config_map": names::config_map_name(name),
-        "data_volumes": data_volumes,
-        "empty_dirs": empty_dirs,
-        "claims": claims,
-        "storage_class": stack.spec.storage_class_name,
-        "secret_volume": secret_volume,
     });
+    merge(&mut ctx, container(stack, c, settings));
+    merge(&mut ctx, pod_volumes(stack, c));
     match kind {
         WorkloadKind::Deployment => document("deployment.yaml.tera", "Deployment", &ctx),
         WorkloadKind::StatefulSet => document("statefulset.yaml.tera", "StatefulSet", &ctx),
@@ -581,15 +613,29 @@ pub fn documents(
 ) -> Result<Vec<Document>, RenderError> {
     let name = stack.metadata.name.clone().ok_or(RenderError::NoName)?;
     let common = common_labels(&name);
-    let mut out = Vec::new();
-
     let sa_ctx = json!({"stack": stack_ctx(stack), "name": names::service_account_name(&name), "labels": common});
-    out.push(document(
+    let mut out = vec![document(
         "serviceaccount.yaml.tera",
         "ServiceAccount",
         &sa_ctx,
-    )?);
+    )?];
+    let (config_map, hash) = config_map(stack, eff, &name)?;
+    out.push(config_map);
+    out.push(gossip_service(stack, &name)?);
+    for c in &eff.components {
+        out.extend(component_documents(
+            stack, &name, eff, c, settings, caps, &hash,
+        )?);
+    }
+    Ok(out)
+}
 
+/// The ConfigMap with Loki's config files, and the hash that rolls pods when it changes.
+fn config_map(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    name: &str,
+) -> Result<(Document, String), RenderError> {
     let files: BTreeMap<String, String> = [
         (names::CONFIG_FILE.to_string(), loki_config(stack, eff)?),
         (
@@ -599,49 +645,66 @@ pub fn documents(
     ]
     .into();
     let hash = config_hash(&files);
-    let cm_ctx = json!({"stack": stack_ctx(stack), "name": names::config_map_name(&name), "labels": common, "files": files});
-    out.push(document("configmap.yaml.tera", "ConfigMap", &cm_ctx)?);
+    let ctx = json!({"stack": stack_ctx(stack), "name": names::config_map_name(name), "labels": common_labels(name), "files": files});
+    Ok((document("configmap.yaml.tera", "ConfigMap", &ctx)?, hash))
+}
 
-    let mut gossip_selector = BTreeMap::new();
-    gossip_selector.insert(names::LABEL_INSTANCE.to_string(), name.clone());
-    gossip_selector.insert(names::LABEL_GOSSIP.to_string(), "true".to_string());
-    // Ring members must find each other before they are Ready.
-    out.push(service(
+/// The headless Service through which ring members find each other; it publishes pods
+/// before they are Ready, since they must join the ring to become Ready.
+fn gossip_service(stack: &LokiStack, name: &str) -> Result<Document, RenderError> {
+    let selector: BTreeMap<String, String> = [
+        (names::LABEL_INSTANCE.to_string(), name.to_string()),
+        (names::LABEL_GOSSIP.to_string(), "true".to_string()),
+    ]
+    .into();
+    service(
         stack,
-        names::gossip_service_name(&name),
-        common.clone(),
-        gossip_selector,
+        names::gossip_service_name(name),
+        common_labels(name),
+        selector,
         (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
         true,
         true,
-    )?);
+    )
+}
 
-    for c in &eff.components {
-        let comp = c.component;
-        let labels = component_labels(&name, comp);
-        out.push(service(
+/// A component's HTTP and gRPC Services, its workload and its PodDisruptionBudget.
+fn component_documents(
+    stack: &LokiStack,
+    name: &str,
+    eff: &EffectiveStack,
+    c: &EffectiveComponent,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+    hash: &str,
+) -> Result<Vec<Document>, RenderError> {
+    let comp = c.component;
+    let labels = component_labels(name, comp);
+    let http = (names::PORT_NAME_HTTP, names::PORT_HTTP);
+    let grpc = (names::PORT_NAME_GRPC, names::PORT_GRPC);
+    let pdb_ctx = json!({"stack": stack_ctx(stack), "name": comp.workload_name(name), "labels": labels, "selector": labels});
+    Ok(vec![
+        service(
             stack,
-            comp.http_service_name(&name),
+            comp.http_service_name(name),
             labels.clone(),
             labels.clone(),
-            (names::PORT_NAME_HTTP, names::PORT_HTTP),
+            http,
             false,
             false,
-        )?);
-        out.push(service(
+        )?,
+        service(
             stack,
-            comp.grpc_service_name(&name),
+            comp.grpc_service_name(name),
             labels.clone(),
             labels.clone(),
-            (names::PORT_NAME_GRPC, names::PORT_GRPC),
+            grpc,
             true,
             false,
-        )?);
-        out.push(workload(stack, &name, eff, c, settings, caps, &hash)?);
-        let pdb_ctx = json!({"stack": stack_ctx(stack), "name": comp.workload_name(&name), "labels": labels, "selector": labels});
-        out.push(document("pdb.yaml.tera", "PodDisruptionBudget", &pdb_ctx)?);
-    }
-    Ok(out)
+        )?,
+        workload(stack, name, eff, c, settings, caps, hash)?,
+        document("pdb.yaml.tera", "PodDisruptionBudget", &pdb_ctx)?,
+    ])
 }
 
 /// Serialises objects as one multi-document YAML stream (`kubectl apply -f -` accepts it).

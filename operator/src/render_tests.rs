@@ -1,6 +1,6 @@
 //! Tests of the render step: every template for every size and zone setting parses into
 //! its type without losing a field, carries the zone pieces exactly when zones are set,
-//! and produces a Loki config with the settings SPEC.md section 5 asks for.
+//! and produces a Loki config with the zone-aware ring settings.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde_json::Value;
@@ -611,4 +611,55 @@ fn ruler_renders_when_enabled() {
         .any(|c| c.kind() == "StatefulSet" && c.name() == "s-ruler"));
     let eff = effective(&stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE])).spec);
     assert!(eff.component(Component::Ruler).is_none());
+}
+
+#[test]
+fn during_an_outage_old_servers_keep_stateless_pods_off_the_lost_zone() {
+    let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+    let mut eff = effective(&s.spec);
+    eff.avoid_zones = vec!["zone-c".into()];
+    let affinity = |caps: ServerCapabilities| -> Vec<(String, Option<String>)> {
+        let children = render(&s, &eff, &Settings::default(), &caps).expect("render");
+        pod_templates(&children)
+            .into_iter()
+            .map(|(name, t)| {
+                let expr = t
+                    .spec
+                    .and_then(|p| p.affinity)
+                    .and_then(|a| a.node_affinity)
+                    .and_then(|n| n.required_during_scheduling_ignored_during_execution)
+                    .map(|r| {
+                        r.node_selector_terms[0]
+                            .match_expressions
+                            .clone()
+                            .unwrap_or_default()
+                    });
+                let rule = expr.map(|e| {
+                    format!(
+                        "{} {} {:?}",
+                        e[0].key,
+                        e[0].operator,
+                        e[0].values.clone().unwrap_or_default()
+                    )
+                });
+                (name, rule)
+            })
+            .collect()
+    };
+    let old = affinity(ServerCapabilities::for_version(1, 20));
+    let want = format!("{ZONE} NotIn [\"zone-c\"]");
+    for (name, rule) in &old {
+        let stateless = ["distributor", "querier", "query-frontend"]
+            .iter()
+            .any(|c| name == &format!("s-{c}"));
+        assert_eq!(
+            rule.as_deref(),
+            stateless.then_some(want.as_str()),
+            "{name}"
+        );
+    }
+    // Current servers leave the tainted nodes out of the spread by nodeTaintsPolicy.
+    assert!(affinity(ServerCapabilities::MODERN)
+        .iter()
+        .all(|(_, r)| r.is_none()));
 }

@@ -250,75 +250,98 @@ pub fn check<'a>(stack: &EffectiveStack, nodes: impl IntoIterator<Item = &'a Nod
         .component(Component::Ingester)
         .map(|c| (c.node_selector.clone(), c.tolerations.clone()))
         .unwrap_or_default();
-    let mut zones = BTreeSet::new();
-    let mut available = BTreeSet::new();
-    let mut down: BTreeMap<String, Vec<(String, Ineligible, Option<Timestamp>)>> = BTreeMap::new();
-    let mut ineligible = Vec::new();
-    let mut empty_on_schedulable = false;
+    let mut seen = Seen::default();
     for node in nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        if let Err(why) = could_hold(node, &selector, &tolerations) {
-            ineligible.push((name, why));
-            continue;
-        }
-        let now = schedulable(node, &selector, &tolerations);
-        let zone = zone_of(
-            node.metadata.labels.as_ref(),
-            keys.iter().map(String::as_str),
-        );
-        match (zone, now) {
-            (Ok(zone), Ok(())) => {
-                zones.insert(zone.clone());
-                available.insert(zone);
-            }
-            (Ok(zone), Err(why)) => {
-                zones.insert(zone.clone());
-                down.entry(zone)
-                    .or_default()
-                    .push((name.clone(), why.clone(), down_since(node)));
-                ineligible.push((name, why));
-            }
-            (Err(e), now) => {
-                // A node without the key is never picked by the scheduler for a pod with a
-                // DoNotSchedule spread constraint, but a node with an empty value is: it
-                // forms a domain "" and its pods could never get a zone.
-                empty_on_schedulable |= now.is_ok() && matches!(e, ZoneLabelError::Empty(_));
-                ineligible.push((name, Ineligible::Label(e)));
-            }
-        }
+        seen.add(node, &keys, &selector, &tolerations);
     }
-    ineligible.sort_by(|a, b| a.0.cmp(&b.0));
+    seen.ineligible.sort_by(|a, b| a.0.cmp(&b.0));
     let factor = stack.replication_factor;
-    let tolerated = zone_failures_tolerated(factor, zones.len());
-    let verdict = if empty_on_schedulable {
+    let tolerated = zone_failures_tolerated(factor, seen.zones.len());
+    let verdict = if seen.empty_on_schedulable {
         ZoneVerdict::ZoneLabelEmpty
-    } else if zones.is_empty() {
+    } else if seen.zones.is_empty() {
         ZoneVerdict::ZoneLabelMissing
-    } else if usize::try_from(factor).unwrap_or(0) > zones.len() {
+    } else if usize::try_from(factor).unwrap_or(0) > seen.zones.len() {
         ZoneVerdict::ZonesInsufficient
     } else if tolerated < 1 {
         ZoneVerdict::NoZoneFailureTolerance
     } else {
         ZoneVerdict::Ok
     };
-    let unavailable = unavailable_zones(&zones, &available, down);
+    let unavailable = unavailable_zones(&seen.zones, &seen.available, seen.down);
     ZoneCheck {
         keys,
         factor,
-        zones,
-        available,
+        zones: seen.zones,
+        available: seen.available,
         unavailable,
         write_quorum: write_quorum(factor),
         zone_failures_tolerated: tolerated,
-        ineligible,
+        ineligible: seen.ineligible,
         verdict,
+    }
+}
+
+type DownNodes = BTreeMap<String, Vec<(String, Ineligible, Option<Timestamp>)>>;
+
+/// What the nodes say, node by node.
+#[derive(Default)]
+struct Seen {
+    zones: BTreeSet<String>,
+    available: BTreeSet<String>,
+    /// Per known zone, its nodes that cannot run pods now.
+    down: DownNodes,
+    ineligible: Vec<(String, Ineligible)>,
+    empty_on_schedulable: bool,
+}
+
+impl Seen {
+    fn add(
+        &mut self,
+        node: &Node,
+        keys: &[String],
+        selector: &BTreeMap<String, String>,
+        tolerations: &[Toleration],
+    ) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if let Err(why) = could_hold(node, selector, tolerations) {
+            self.ineligible.push((name, why));
+            return;
+        }
+        let now = schedulable(node, selector, tolerations);
+        let zone = zone_of(
+            node.metadata.labels.as_ref(),
+            keys.iter().map(String::as_str),
+        );
+        match (zone, now) {
+            (Ok(zone), Ok(())) => {
+                self.zones.insert(zone.clone());
+                self.available.insert(zone);
+            }
+            (Ok(zone), Err(why)) => {
+                self.zones.insert(zone.clone());
+                let since = down_since(node);
+                self.down
+                    .entry(zone)
+                    .or_default()
+                    .push((name.clone(), why.clone(), since));
+                self.ineligible.push((name, why));
+            }
+            (Err(e), now) => {
+                // A node without the key is never picked by the scheduler for a pod with a
+                // DoNotSchedule spread constraint, but a node with an empty value is: it
+                // forms a domain "" and its pods could never get a zone.
+                self.empty_on_schedulable |= now.is_ok() && matches!(e, ZoneLabelError::Empty(_));
+                self.ineligible.push((name, Ineligible::Label(e)));
+            }
+        }
     }
 }
 
 fn unavailable_zones(
     known: &BTreeSet<String>,
     available: &BTreeSet<String>,
-    mut down: BTreeMap<String, Vec<(String, Ineligible, Option<Timestamp>)>>,
+    mut down: DownNodes,
 ) -> Vec<UnavailableZone> {
     known
         .difference(available)

@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::api::LokiStackStatus;
 use crate::conditions::ConditionType;
@@ -81,92 +81,42 @@ pub struct StackView<'a> {
     pub status: &'a LokiStackStatus,
 }
 
+/// Registers `metric` and returns it, for the struct literal below.
+fn register<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// 1 ms .. ~16 s.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut root = Registry::default();
-        let registry = root.sub_registry_with_prefix("loki_zone_operator");
-        let reconciles = Family::<ResultLabel, Counter>::default();
-        registry.register(
-            "reconciles",
-            "Reconciles of LokiStacks, by result: ok, held_back, or the step that failed (observe_failed, plan_failed, apply_failed, status_failed)",
-            reconciles.clone(),
-        );
-        // 1 ms .. ~16 s
-        let reconcile_duration = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register(
-            "reconcile_duration_seconds",
-            "Duration of one reconcile",
-            reconcile_duration.clone(),
-        );
-        let annotations = Family::<ResultLabel, Counter>::default();
-        registry.register(
-            "zone_annotations",
-            "Zone annotations written by the pod annotator, by result",
-            annotations.clone(),
-        );
-        // 1 ms .. ~16 s
-        let bind_to_annotated = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register(
-            "bind_to_annotated_seconds",
-            "Time from seeing a zone-aware pod bound to a node to its zone annotation being written",
-            bind_to_annotated.clone(),
-        );
-        let applies = Family::<ResultLabel, Counter>::default();
-        registry.register(
-            "child_applies",
-            "Children per reconcile: applied, unchanged (skipped), pruned, failed",
-            applies.clone(),
-        );
-        let stacks_by_condition = Family::<ConditionLabel, Gauge>::default();
-        registry.register(
-            "stacks",
-            "LokiStacks whose condition is True, by condition type",
-            stacks_by_condition.clone(),
-        );
-        let zones = Family::<StackLabels, Gauge>::default();
-        registry.register(
-            "zones_observed",
-            "Known zones (those of nodes an ingester can run on, up or down), per zone-aware stack",
-            zones.clone(),
-        );
-        let zone_available = Family::<ZoneLabels, Gauge>::default();
-        registry.register(
-            "zone_available",
-            "1 when at least one node of the known zone can run pods, else 0",
-            zone_available.clone(),
-        );
-        let zone_failures_tolerated = Family::<StackLabels, Gauge>::default();
-        registry.register(
-            "zone_failures_tolerated",
-            "Zones the stack can lose with writes still reaching quorum, from where its Ready ingesters are",
-            zone_failures_tolerated.clone(),
-        );
-        let write_quorum_met = Family::<StackLabels, Gauge>::default();
-        registry.register(
-            "write_quorum_met",
-            "1 when every stream can write a quorum of copies in the available zones, else 0",
-            write_quorum_met.clone(),
-        );
-        let status_condition = Family::<StatusConditionLabels, Gauge>::default();
-        root.register(
+        // The Go Loki Operator's name, unprefixed, so its alerts and dashboards match.
+        let status_condition = register(
+            &mut root,
             "lokistack_status_condition",
             "1 for each condition a LokiStack shows, with its status and reason (as the Go Loki Operator exports it)",
-            status_condition.clone(),
+            Family::default(),
         );
+        let r = root.sub_registry_with_prefix("loki_zone_operator");
         Metrics {
-            registry: root,
-            reconciles,
-            reconcile_duration,
-            annotations,
-            bind_to_annotated,
-            applies,
-            stacks_by_condition,
+            reconciles: register(r, "reconciles", "Reconciles of LokiStacks, by result: ok, held_back, undecodable, or the step that failed (observe_failed, plan_failed, apply_failed, status_failed)", Family::default()),
+            reconcile_duration: register(r, "reconcile_duration_seconds", "Duration of one reconcile", seconds()),
+            annotations: register(r, "zone_annotations", "Zone annotations written by the pod annotator, by result", Family::default()),
+            bind_to_annotated: register(r, "bind_to_annotated_seconds", "Time from seeing a zone-aware pod bound to a node to its zone annotation being written", seconds()),
+            applies: register(r, "child_applies", "Children per reconcile: applied, unchanged (skipped), pruned, failed", Family::default()),
+            stacks_by_condition: register(r, "stacks", "LokiStacks whose condition is True, by condition type", Family::default()),
+            zones: register(r, "zones_observed", "Known zones (those of nodes an ingester can run on, up or down), per zone-aware stack", Family::default()),
+            zone_available: register(r, "zone_available", "1 when at least one node of the known zone can run pods, else 0", Family::default()),
+            zone_failures_tolerated: register(r, "zone_failures_tolerated", "Zones the stack can lose with writes still reaching quorum, from where its Ready ingesters are", Family::default()),
+            write_quorum_met: register(r, "write_quorum_met", "1 when every stream can write a quorum of copies in the available zones, else 0", Family::default()),
             status_condition,
-            zones,
-            zone_available,
-            zone_failures_tolerated,
-            write_quorum_met,
             exported: Mutex::new(HashMap::new()),
+            registry: root,
         }
     }
 }

@@ -115,6 +115,9 @@ pub fn plan(
             .zone_aware()
             .then(|| zones::check(&eff, snapshot.nodes.iter().map(AsRef::as_ref))),
     };
+    if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
+        eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();
+    }
     let mut held = Vec::new();
     let action = if findings.hold_back().is_some() {
         Action::HoldBack
