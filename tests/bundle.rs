@@ -35,7 +35,7 @@ fn read(path: &str) -> String {
 }
 
 fn yaml(text: &str) -> Value {
-    serde_yaml::from_str(text).expect("yaml")
+    serde_yaml_ng::from_str(text).expect("yaml")
 }
 
 /// The committed CSV (the drift test ties it to the generator).

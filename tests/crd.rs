@@ -11,7 +11,7 @@ use loki_zone_operator_tests::repo_root;
 use serde_json::{json, Value};
 
 fn schema() -> Value {
-    let crd: Value = serde_yaml::from_str(&crd_yaml().expect("crd")).expect("yaml");
+    let crd: Value = serde_yaml_ng::from_str(&crd_yaml().expect("crd")).expect("yaml");
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
 }
 

@@ -5,7 +5,7 @@ use loki_zone_operator_tests::{apidoc, repo_root};
 #[test]
 fn api_reference_matches_the_crd() {
     let root = repo_root();
-    let crd: serde_json::Value = serde_yaml::from_str(
+    let crd: serde_json::Value = serde_yaml_ng::from_str(
         &std::fs::read_to_string(root.join("manifests/crd/loki.grafana.com_lokistacks.yaml"))
             .expect("crd"),
     )

@@ -94,7 +94,7 @@ fn check_expr(what: &str, expr: &str, exported: &BTreeSet<String>) {
 fn alerts_parse_use_exported_metrics_and_link_existing_runbooks() {
     let exported = exported();
     let rule: Value =
-        serde_yaml::from_str(&read(&format!("{DIR}/prometheus_rule.yaml"))).expect("yaml");
+        serde_yaml_ng::from_str(&read(&format!("{DIR}/prometheus_rule.yaml"))).expect("yaml");
     let mut alerts = Vec::new();
     for group in rule["spec"]["groups"].as_array().expect("groups") {
         for r in group["rules"].as_array().expect("rules") {

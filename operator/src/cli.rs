@@ -40,20 +40,20 @@ impl CliError {
 }
 
 /// The CRD as YAML, exactly as committed in `manifests/crd/`.
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(&LokiStack::crd())
+pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
+    serde_yaml_ng::to_string(&LokiStack::crd())
 }
 
 /// The CRD for a given server: without CEL rules where the server predates them (the
 /// reconciler checks the same rules and reports them as a Degraded condition).
-pub fn crd_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml::Error> {
+pub fn crd_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml_ng::Error> {
     if caps.crd_cel_rules {
         return crd_yaml();
     }
     let mut crd = serde_json::to_value(LokiStack::crd())
-        .map_err(<serde_yaml::Error as serde::ser::Error>::custom)?;
+        .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?;
     strip_cel(&mut crd);
-    serde_yaml::to_string(&crd)
+    serde_yaml_ng::to_string(&crd)
 }
 
 fn strip_cel(v: &mut serde_json::Value) {
@@ -80,8 +80,8 @@ fn read(file: &Path) -> Result<String, CliError> {
 
 /// Parses a LokiStack manifest, checking its apiVersion and kind.
 pub fn parse_stack(file: &Path, text: &str) -> Result<LokiStack, CliError> {
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| input_err(file, format!("not YAML: {e}")))?;
+    let value: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| input_err(file, format!("not YAML: {e}")))?;
     let api_version = value
         .get("apiVersion")
         .and_then(|v| v.as_str())
@@ -116,16 +116,16 @@ pub fn parse_stack(file: &Path, text: &str) -> Result<LokiStack, CliError> {
             ),
         ));
     }
-    // Deserialising from the text (not the Value) makes serde_yaml name the failing
+    // Deserialising from the text (not the Value) makes the YAML parser name the failing
     // field's path and line, e.g. `spec.size: unknown variant ... at line 6 column 9`.
-    serde_yaml::from_str(text).map_err(|e| input_err(file, e.to_string()))
+    serde_yaml_ng::from_str(text).map_err(|e| input_err(file, e.to_string()))
 }
 
 /// Parses `kubectl get nodes -o yaml` output: a List/NodeList, a single Node, or a stream.
 pub fn parse_nodes(file: &Path, text: &str) -> Result<Vec<Node>, CliError> {
     let mut nodes = Vec::new();
-    for (doc_index, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc)
+    for (doc_index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc)
             .map_err(|e| input_err(file, format!("not YAML: {e}")))?;
         if value.is_null() {
             continue;
@@ -151,7 +151,7 @@ pub fn parse_nodes(file: &Path, text: &str) -> Result<Vec<Node>, CliError> {
             }
         };
         for (i, item) in items.into_iter().enumerate() {
-            let node: Node = serde_yaml::from_value(item)
+            let node: Node = serde_yaml_ng::from_value(item)
                 .map_err(|e| input_err(file, format!("document {doc_index}, item {i}: {e}")))?;
             nodes.push(node);
         }

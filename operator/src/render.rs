@@ -155,7 +155,7 @@ pub enum RenderError {
         template: &'static str,
         kind: &'static str,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
         /// The rendered lines around the error, numbered.
         excerpt: String,
     },
@@ -263,7 +263,7 @@ fn document(
 }
 
 fn parse_as<T: DeserializeOwned>(doc: &Document) -> Result<T, RenderError> {
-    serde_yaml::from_str(&doc.text).map_err(|source| {
+    serde_yaml_ng::from_str(&doc.text).map_err(|source| {
         let line = source.location().map(|l| l.line()).unwrap_or(1);
         let excerpt = doc
             .text
@@ -708,13 +708,13 @@ fn component_documents(
 }
 
 /// Serialises objects as one multi-document YAML stream (`kubectl apply -f -` accepts it).
-pub fn to_yaml_stream(children: &[Child]) -> Result<String, serde_yaml::Error> {
+pub fn to_yaml_stream(children: &[Child]) -> Result<String, serde_yaml_ng::Error> {
     let mut out = String::new();
     for c in children {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(
+        out.push_str(&serde_yaml_ng::to_string(
             &c.to_json()
-                .map_err(<serde_yaml::Error as serde::ser::Error>::custom)?,
+                .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?,
         )?);
     }
     Ok(out)

@@ -66,7 +66,7 @@ fn parsing_drops_no_field() {
             let docs =
                 documents(&s, &effective(&s.spec), &Settings::default(), &caps).expect("documents");
             for doc in &docs {
-                let raw: Value = serde_yaml::from_str(&doc.text).expect("template output is YAML");
+                let raw: Value = serde_yaml_ng::from_str(&doc.text).expect("template output is YAML");
                 let typed = parse(doc)
                     .unwrap_or_else(|e| panic!("{label}: {e}"))
                     .to_json()
@@ -343,7 +343,7 @@ fn removing_zones_removes_every_zone_piece() {
 
 fn config_of(s: &LokiStack) -> Value {
     let text = loki_config(s, &effective(&s.spec)).expect("config");
-    serde_yaml::from_str(&text).expect("config is YAML")
+    serde_yaml_ng::from_str(&text).expect("config is YAML")
 }
 
 #[test]
@@ -391,7 +391,7 @@ fn zone_values_stay_strings_after_env_expansion() {
     for zone in ["1", "true", "null", "eu-west-1a", "0x10"] {
         // What Loki does with -config.expand-env=true before it parses the YAML.
         let expanded = text.replace("${INSTANCE_AVAILABILITY_ZONE}", zone);
-        let c: Value = serde_yaml::from_str(&expanded).expect("yaml");
+        let c: Value = serde_yaml_ng::from_str(&expanded).expect("yaml");
         assert_eq!(
             c["common"]["ring"]["instance_availability_zone"],
             Value::String(zone.into())

@@ -45,10 +45,10 @@ fn render_zone_aware_sample_prints_zone_pieces_and_the_verdict() {
     assert!(stderr.contains("zone failures tolerated: 1"), "{stderr}");
     let stdout = text(&out.stdout);
     // Every document parses; 6 workloads each carry the init container.
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&stdout)
+    let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
         .map(|d| serde::Deserialize::deserialize(d).expect("document"))
         .collect();
-    let workloads: Vec<&serde_yaml::Value> = docs
+    let workloads: Vec<&serde_yaml_ng::Value> = docs
         .iter()
         .filter(|d| matches!(d["kind"].as_str(), Some("StatefulSet" | "Deployment")))
         .collect();

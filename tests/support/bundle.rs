@@ -59,7 +59,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
     };
     let loki_image = env_value("LOKI_IMAGE").context("LOKI_IMAGE in the operator Deployment")?;
     let root = repo_root();
-    let sample: Value = serde_yaml::from_str(&std::fs::read_to_string(
+    let sample: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(
         root.join("manifests/samples/lokistack-zone-aware.yaml"),
     )?)?;
     let crd_text =
@@ -163,7 +163,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
     Ok(vec![
         (
             format!("bundle/manifests/{PACKAGE}.clusterserviceversion.yaml"),
-            format!("{header}{}", serde_yaml::to_string(&csv)?),
+            format!("{header}{}", serde_yaml_ng::to_string(&csv)?),
         ),
         (
             "bundle/manifests/loki.grafana.com_lokistacks.yaml".into(),
@@ -237,7 +237,7 @@ pub fn kustomize_text(dir: &Path) -> Result<String> {
 /// The documents of a YAML stream, empty ones left out.
 pub fn parse_stream(text: &str) -> Result<Vec<Value>> {
     let mut docs = Vec::new();
-    for d in serde_yaml::Deserializer::from_str(text) {
+    for d in serde_yaml_ng::Deserializer::from_str(text) {
         let v: Value = serde::Deserialize::deserialize(d)?;
         if !v.is_null() {
             docs.push(v);

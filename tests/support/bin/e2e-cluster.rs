@@ -114,12 +114,12 @@ async fn demo(dir: &Path) -> Result<()> {
             &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?,
         )
         .await?;
-    let secret: Secret = serde_yaml::from_str(&fs::read_to_string(root.join("secret-s3.yaml"))?)?;
+    let secret: Secret = serde_yaml_ng::from_str(&fs::read_to_string(root.join("secret-s3.yaml"))?)?;
     Api::<Secret>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &secret)
         .await?;
     let stack: LokiStack =
-        serde_yaml::from_str(&fs::read_to_string(root.join("lokistack-zone-aware.yaml"))?)?;
+        serde_yaml_ng::from_str(&fs::read_to_string(root.join("lokistack-zone-aware.yaml"))?)?;
     let name = stack.name_any();
     let stacks: Api<LokiStack> = Api::namespaced(client.clone(), ns);
     stacks.create(&PostParams::default(), &stack).await?;
@@ -193,7 +193,7 @@ async fn demo(dir: &Path) -> Result<()> {
             c.type_, c.status, c.reason, c.message
         );
     }
-    let replication = serde_yaml::to_string(&status.replication)?;
+    let replication = serde_yaml_ng::to_string(&status.replication)?;
     println!("\nstatus.replication:");
     for line in replication.lines() {
         println!("  {line}");
