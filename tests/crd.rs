@@ -191,11 +191,11 @@ fn indexed_path(path: &str) -> String {
 
 #[test]
 fn cel_rules_reject_cross_field_errors_with_the_field_named() {
-    let cases: Vec<(&str, Value, &str, &str)> = vec![
+    let mut cases: Vec<(&str, Value, &str, &str)> = vec![
         (
             "replication with replicationFactor",
             with(|v| v["spec"]["replicationFactor"] = json!(2)),
-            "spec",
+            "spec.replicationFactor",
             "spec.replicationFactor",
         ),
         (
@@ -209,6 +209,13 @@ fn cel_rules_reject_cross_field_errors_with_the_field_named() {
             "spec.replication.zones[1].topologyKey",
         ),
     ];
+    let long_prefix = format!("{}/zone", "a".repeat(254));
+    cases.push((
+        "a topologyKey prefix over 253 characters",
+        with(|v| v["spec"]["replication"]["zones"] = json!([{"topologyKey": long_prefix}])),
+        "spec.replication.zones[0].topologyKey",
+        "spec.replication.zones[0].topologyKey",
+    ));
     for (name, object, cel_field, validate_field) in cases {
         assert_eq!(
             openapi_errors(&object),
@@ -231,4 +238,23 @@ fn zone_counts_are_never_an_admission_error() {
     let v = with(|v| v["spec"]["replication"]["factor"] = json!(5));
     assert_eq!(openapi_errors(&v), Vec::<String>::new());
     assert_eq!(cel_errors(&v), Vec::<String>::new());
+}
+
+#[test]
+fn lists_with_an_identity_are_list_maps() {
+    // Every API server, with CEL or not, then rejects a key given twice, naming the entry.
+    let s = schema();
+    let spec = &s["properties"]["spec"]["properties"];
+    for (list, key) in [
+        (&spec["replication"]["properties"]["zones"], "topologyKey"),
+        (&spec["storage"]["properties"]["schemas"], "effectiveDate"),
+    ] {
+        assert_eq!(list["x-kubernetes-list-type"], "map", "{key}");
+        assert_eq!(list["x-kubernetes-list-map-keys"], json!([key]));
+        let required = list["items"]["required"].as_array().expect("required");
+        assert!(
+            required.contains(&json!(key)),
+            "a list-map key must be required: {key}"
+        );
+    }
 }

@@ -32,6 +32,9 @@ pub const RULE_REPLICATION_EXCLUSIVE_MSG: &str =
 pub const RULE_UNIQUE_KEYS: &str =
     "self.all(z, self.filter(y, y.topologyKey == z.topologyKey).size() == 1)";
 pub const RULE_UNIQUE_KEYS_MSG: &str = "each topologyKey may appear only once in zones";
+pub const RULE_KEY_PREFIX: &str = "self.topologyKey.matches('^([^/]{1,253}/)?[^/]+$')";
+pub const RULE_KEY_PREFIX_MSG: &str =
+    "the prefix of topologyKey (before the /) may have at most 253 characters";
 pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
 pub const RULE_NAME_LENGTH_MSG: &str =
     "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
@@ -55,7 +58,7 @@ pub const RULE_NAME_LENGTH_MSG: &str =
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new(RULE_NAME_LENGTH).message(RULE_NAME_LENGTH_MSG)
 )]
-#[x_kube(validation = Rule::new(RULE_REPLICATION_EXCLUSIVE).message(RULE_REPLICATION_EXCLUSIVE_MSG))]
+#[x_kube(validation = Rule::new(RULE_REPLICATION_EXCLUSIVE).message(RULE_REPLICATION_EXCLUSIVE_MSG).field_path(".replicationFactor"))]
 #[serde(rename_all = "camelCase")]
 pub struct LokiStackSpec {
     /// The t-shirt size of the deployment: replicas, resources and volume sizes per component.
@@ -140,6 +143,8 @@ pub enum ManagementState {
 pub struct ObjectStorageSpec {
     /// Schema periods of the index. Defaults to v13 from 2024-04-02.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // A list map keyed by date: every server rejects two periods that start the same day.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["effectiveDate"]))]
     pub schemas: Vec<ObjectStorageSchema>,
 
     /// The Secret, in the stack's namespace, that holds the object storage credentials.
@@ -230,13 +235,17 @@ pub struct ReplicationSpec {
     /// spread across them and Loki places at most one copy of a stream per zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 3))]
+    // A list map keyed by topologyKey, so every server (CEL or not) rejects a key given
+    // twice, naming the entry; the CEL rule says why in words.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["topologyKey"]))]
     #[x_kube(validation = Rule::new(RULE_UNIQUE_KEYS).message(RULE_UNIQUE_KEYS_MSG))]
     pub zones: Vec<ZoneSpec>,
 }
 
 /// One failure-domain label.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(RULE_KEY_PREFIX).message(RULE_KEY_PREFIX_MSG).field_path(".topologyKey"))]
 pub struct ZoneSpec {
     /// The node label whose values are the failure domains, for example
     /// `topology.kubernetes.io/zone`.

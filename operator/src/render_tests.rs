@@ -66,7 +66,8 @@ fn parsing_drops_no_field() {
             let docs =
                 documents(&s, &effective(&s.spec), &Settings::default(), &caps).expect("documents");
             for doc in &docs {
-                let raw: Value = serde_yaml_ng::from_str(&doc.text).expect("template output is YAML");
+                let raw: Value =
+                    serde_yaml_ng::from_str(&doc.text).expect("template output is YAML");
                 let typed = parse(doc)
                     .unwrap_or_else(|e| panic!("{label}: {e}"))
                     .to_json()

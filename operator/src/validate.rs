@@ -39,10 +39,12 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
     }
 }
 
+/// A label of a DNS subdomain as Kubernetes checks label-key prefixes: lowercase
+/// alphanumerics and `-`, alphanumeric at both ends. Kubernetes bounds only the prefix as
+/// a whole (253), not each label, and the CRD agrees; so does this check.
 fn dns1123_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
@@ -51,7 +53,7 @@ fn dns1123_label(s: &str) -> bool {
 
 /// A Kubernetes qualified name (label key): `[prefix/]name`, the prefix a DNS subdomain of
 /// at most 253 characters, the name at most 63 alphanumerics, `-`, `_` or `.`, starting
-/// and ending with an alphanumeric.
+/// and ending with an alphanumeric. The CRD's pattern and CEL rule say the same.
 pub fn is_qualified_name(key: &str) -> bool {
     let (prefix, name) = match key.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
@@ -228,6 +230,8 @@ mod tests {
         ] {
             assert!(is_qualified_name(ok), "{ok}");
         }
+        // A 64-character prefix label: the API server accepts it, so must we.
+        assert!(is_qualified_name(&format!("{}.io/zone", "a".repeat(64))));
         let long_name = "a".repeat(64);
         let long_prefix = format!("{}/zone", "a.".repeat(127) + "a");
         for bad in [

@@ -114,7 +114,8 @@ async fn demo(dir: &Path) -> Result<()> {
             &serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?,
         )
         .await?;
-    let secret: Secret = serde_yaml_ng::from_str(&fs::read_to_string(root.join("secret-s3.yaml"))?)?;
+    let secret: Secret =
+        serde_yaml_ng::from_str(&fs::read_to_string(root.join("secret-s3.yaml"))?)?;
     Api::<Secret>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &secret)
         .await?;
