@@ -91,6 +91,11 @@ pub struct LokiStackSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<LokiTemplateSpec>,
 
+    /// Ingestion and query limits and retention, for all tenants and per tenant (the Go
+    /// Loki Operator's names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsSpec>,
+
     /// Managed: the operator reconciles the stack. Unmanaged: it writes nothing for it.
     #[serde(default)]
     pub management_state: ManagementState,
@@ -268,6 +273,92 @@ pub struct RulesSpec {
     /// Deploy the ruler.
     #[serde(default)]
     pub enabled: bool,
+}
+
+/// Limits for every tenant, and per tenant on top of those.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsSpec {
+    /// Limits of every tenant (Loki's limits_config).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<LimitsTemplateSpec>,
+    /// Limits of named tenants, changed without restarting any pod (Loki's runtime
+    /// overrides).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tenants: BTreeMap<String, LimitsTemplateSpec>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsTemplateSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingestion: Option<IngestionLimitSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queries: Option<QueryLimitSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionLimitSpec>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct IngestionLimitSpec {
+    /// Per-tenant ingestion rate, in MB per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub ingestion_rate: Option<i32>,
+    /// Per-tenant burst above the rate, in MB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub ingestion_burst_size: Option<i32>,
+    /// Longest accepted log line, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 104857600))]
+    pub max_line_size: Option<i32>,
+    /// Active streams per tenant, across the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub max_global_streams_per_tenant: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct QueryLimitSpec {
+    /// Most log lines one query returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub max_entries_limit_per_query: Option<i32>,
+    /// Most series one metric query returns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub max_query_series: Option<i32>,
+    /// How long a query may run, as a Prometheus duration (e.g. 3m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d|w|y))+$"))]
+    pub query_timeout: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionLimitSpec {
+    /// Days log lines are kept; 0 keeps them forever.
+    #[schemars(range(min = 0, max = 36500))]
+    pub days: i32,
+    /// Other retention for streams matching a selector; the highest priority wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<RetentionStreamSpec>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RetentionStreamSpec {
+    #[schemars(range(min = 0, max = 36500))]
+    pub days: i32,
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub priority: i32,
+    /// A LogQL stream selector, e.g. {namespace="dev"}.
+    #[schemars(length(min = 3))]
+    pub selector: String,
 }
 
 /// Per-component overrides.

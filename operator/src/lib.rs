@@ -13,6 +13,7 @@ pub mod controller;
 pub mod defaults;
 pub mod fields;
 pub mod kinds;
+pub mod limits;
 pub mod names;
 pub mod render;
 pub mod storage;

@@ -20,6 +20,7 @@ use tera::Tera;
 
 use crate::api::{LokiStack, ObjectStorageSchemaVersion};
 use crate::defaults::{Component, EffectiveComponent, EffectiveStack, WorkloadKind};
+use crate::limits;
 use crate::names;
 use crate::storage;
 
@@ -334,21 +335,17 @@ fn svc_dns(stack: &LokiStack, service: &str, port: i32) -> String {
     format!("{service}.{ns}.svc.cluster.local:{port}")
 }
 
-/// Per-size limits. These are our own conservative defaults; tenants override them in
-/// the runtime config.
-fn limits(eff: &EffectiveStack) -> Value {
+/// Per-size process settings: our own conservative figures.
+fn sizing(eff: &EffectiveStack) -> Value {
     use crate::api::LokiStackSize::*;
-    let (rate, burst, streams, concurrent, wal) = match eff.size {
-        Demo => (4, 6, 5000, 2, "512MB"),
-        Pico => (4, 6, 10000, 2, "1GB"),
-        ExtraSmall => (4, 6, 10000, 4, "2GB"),
-        Small => (10, 20, 25000, 4, "6GB"),
-        Medium => (10, 20, 50000, 8, "12GB"),
+    let (concurrent, wal) = match eff.size {
+        Demo => (2, "512MB"),
+        Pico => (2, "1GB"),
+        ExtraSmall => (4, "2GB"),
+        Small => (4, "6GB"),
+        Medium => (8, "12GB"),
     };
     json!({
-        "ingestion_rate_mb": rate,
-        "ingestion_burst_size_mb": burst,
-        "max_global_streams_per_user": streams,
         "querier_max_concurrent": concurrent,
         "wal_replay_memory_ceiling": wal,
     })
@@ -392,7 +389,9 @@ pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, Re
         "boltdb": boltdb,
         "allow_structured_metadata": v13_last,
         "ruler": eff.component(Component::Ruler).is_some(),
-        "limits": limits(eff),
+        "limits": sizing(eff),
+        "limits_config": limits::global(eff.size, stack.spec.limits.as_ref()),
+        "retention": limits::retention_enabled(stack.spec.limits.as_ref()),
         "addresses": {
             "compactor_grpc": svc_dns(stack, &Component::Compactor.grpc_service_name(name), names::PORT_GRPC),
             // dns+: Loki's gRPC client resolves every replica behind the headless Service.
@@ -640,11 +639,22 @@ fn config_map(
         (names::CONFIG_FILE.to_string(), loki_config(stack, eff)?),
         (
             names::RUNTIME_CONFIG_FILE.to_string(),
-            render_text("runtime-config.yaml.tera", &json!({}))?,
+            render_text(
+                "runtime-config.yaml.tera",
+                &json!({"overrides": limits::tenant_overrides(stack.spec.limits.as_ref())}),
+            )?,
         ),
     ]
     .into();
-    let hash = config_hash(&files);
+    // The runtime config is left out: Loki reloads it, so a tenant's limits change
+    // without restarting any pod.
+    let hash = config_hash(
+        &files
+            .iter()
+            .filter(|(k, _)| k.as_str() == names::CONFIG_FILE)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    );
     let ctx = json!({"stack": stack_ctx(stack), "name": names::config_map_name(name), "labels": common_labels(name), "files": files});
     Ok((document("configmap.yaml.tera", "ConfigMap", &ctx)?, hash))
 }

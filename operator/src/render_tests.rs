@@ -664,3 +664,73 @@ fn during_an_outage_old_servers_keep_stateless_pods_off_the_lost_zone() {
         .iter()
         .all(|(_, r)| r.is_none()));
 }
+
+#[test]
+fn limits_and_retention_reach_loki_and_tenant_changes_restart_nothing() {
+    use crate::api::{LimitsSpec, LimitsTemplateSpec, RetentionLimitSpec};
+    let mut spec = stack_spec(LokiStackSize::Small);
+    let retention = |days| LimitsTemplateSpec {
+        retention: Some(RetentionLimitSpec {
+            days,
+            streams: vec![],
+        }),
+        ..Default::default()
+    };
+    spec.limits = Some(LimitsSpec {
+        global: Some(retention(30)),
+        tenants: [("audit".to_string(), retention(365))].into(),
+    });
+    let s = stack("s", spec.clone());
+    let c = config_of(&s);
+    assert_eq!(c["limits_config"]["retention_period"], "720h");
+    assert_eq!(c["compactor"]["retention_enabled"], true);
+    assert_eq!(c["compactor"]["delete_request_store"], "s3");
+    let docs = documents(
+        &s,
+        &effective(&s.spec),
+        &Settings::default(),
+        &ServerCapabilities::MODERN,
+    )
+    .expect("documents");
+    let runtime = |docs: &[crate::render::Document]| -> String {
+        let cm = docs
+            .iter()
+            .find(|d| d.kind == "ConfigMap")
+            .expect("configmap");
+        let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&cm.text).expect("yaml");
+        v["data"][names::RUNTIME_CONFIG_FILE]
+            .as_str()
+            .expect("runtime")
+            .to_string()
+    };
+    let overrides: serde_yaml_ng::Value = serde_yaml_ng::from_str(&runtime(&docs)).expect("yaml");
+    assert_eq!(overrides["overrides"]["audit"]["retention_period"], "8760h");
+
+    // Another tenant limit: the runtime config changes, the pods' config hash does not.
+    let mut spec2 = spec;
+    spec2
+        .limits
+        .as_mut()
+        .expect("limits")
+        .tenants
+        .insert("dev".into(), retention(1));
+    let s2 = stack("s", spec2);
+    let docs2 = documents(
+        &s2,
+        &effective(&s2.spec),
+        &Settings::default(),
+        &ServerCapabilities::MODERN,
+    )
+    .expect("documents");
+    assert_ne!(runtime(&docs), runtime(&docs2));
+    let hashes = |s: &LokiStack| -> Vec<String> {
+        pod_templates(&render_stack(s, ServerCapabilities::MODERN))
+            .into_iter()
+            .map(|(_, t)| {
+                t.metadata.and_then(|m| m.annotations).expect("ann")[names::ANNOTATION_CONFIG_HASH]
+                    .clone()
+            })
+            .collect()
+    };
+    assert_eq!(hashes(&s), hashes(&s2));
+}

@@ -27,6 +27,7 @@ pub fn stack_spec(size: LokiStackSize) -> LokiStackSpec {
         replication_factor: None,
         rules: None,
         template: None,
+        limits: None,
         management_state: ManagementState::Managed,
     }
 }
