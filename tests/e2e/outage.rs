@@ -351,6 +351,11 @@ fn is_true(status: &Value, t: &str, reason: &str) -> bool {
     raw_condition(status, t).is_some_and(|c| c["status"] == "True" && c["reason"] == reason)
 }
 
+/// Ready is True, whatever its reason.
+fn is_ready_stack(status: &Value) -> bool {
+    raw_condition(status, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
@@ -453,7 +458,7 @@ impl ReadyWatch {
         let task = tokio::spawn(async move {
             loop {
                 let found = match raw_status(&client, OUTAGE_NS, OUTAGE_STACK).await {
-                    Ok(s) if is_true(&s, "Ready", "ReadyComponents") => None,
+                    Ok(s) if is_ready_stack(&s) => None,
                     Ok(s) => Some(format!("{}: {}", Timestamp::now(), pretty(&s))),
                     Err(e) => Some(format!("{}: reading the stack: {e:#}", Timestamp::now())),
                 };
@@ -509,7 +514,7 @@ fn one_zone_down_status(
         stranded.iter().any(|p| msg.contains(p.as_str())),
         "the Warning names none of the stranded pods {stranded:?}"
     );
-    ensure!(is_true(s, "Ready", "ReadyComponents"), "not Ready");
+    ensure!(is_ready_stack(s), "not Ready");
     let r = &s["replication"];
     ensure!(r["writeQuorumMet"] == true, "writeQuorumMet is not true");
     ensure!(

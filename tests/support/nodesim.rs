@@ -120,12 +120,20 @@ async fn heartbeat(client: &Client, node: &Node) -> Result<()> {
         .await;
     match renewed {
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            let lease: Lease =
-                serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))?;
-            leases
-                .create(&PostParams::default(), &lease)
-                .await
-                .with_context(|| format!("creating the Lease of node {name}"))?;
+            // Owned by its node, as a kubelet's Lease is: deleting the node collects it.
+            let lease: Lease = serde_json::from_value(json!({
+                "metadata": {"name": name, "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Node", "name": name, "uid": node.uid(),
+                }]},
+                "spec": spec,
+            }))?;
+            match leases.create(&PostParams::default(), &lease).await {
+                // Created by a concurrent heartbeat of the same node.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                other => {
+                    other.with_context(|| format!("creating the Lease of node {name}"))?;
+                }
+            }
         }
         other => {
             other.with_context(|| format!("renewing the Lease of node {name}"))?;
@@ -276,15 +284,20 @@ async fn heartbeats(client: Client, dark: Dark) {
     let nodes: Api<Node> = Api::all(client.clone());
     let mut tick = tokio::time::interval(HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut listed = true;
     loop {
         tick.tick().await;
         let list = match nodes.list(&ListParams::default()).await {
             Ok(l) => l.items,
             Err(e) => {
-                eprintln!("[nodesim] listing nodes: {e}");
+                // Once per failure streak: the API server also goes away at the end.
+                if std::mem::replace(&mut listed, false) {
+                    eprintln!("[nodesim] listing nodes: {e}");
+                }
                 continue;
             }
         };
+        listed = true;
         let live = list.into_iter().filter(|n| !is_dark(&dark, &n.name_any()));
         let results: Vec<Result<()>> = futures::stream::iter(live)
             .map(|n| {
