@@ -24,6 +24,13 @@ use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
 
+#[path = "e2e/outage.rs"]
+mod outage;
+use outage::{
+    one_zone_down_keeps_the_stack_ready, two_zones_down_lose_write_quorum,
+    zone_goes_dark_the_way_nodes_fail, zones_come_back_and_tolerance_is_restored,
+};
+
 const WAIT: Duration = Duration::from_secs(120);
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 
@@ -1397,6 +1404,10 @@ fn main() -> std::process::ExitCode {
         a_stack_that_does_not_decode_stops_only_itself,
         objects_of_the_same_name_are_never_adopted,
         storage_class_missing_then_immediate,
+        zone_goes_dark_the_way_nodes_fail,
+        one_zone_down_keeps_the_stack_ready,
+        two_zones_down_lose_write_quorum,
+        zones_come_back_and_tolerance_is_restored,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

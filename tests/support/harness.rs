@@ -1,6 +1,10 @@
 //! A real Kubernetes control plane on loopback: etcd, kube-apiserver (RBAC, token
-//! authentication, service-account signing keys), kube-controller-manager (node lifecycle
-//! controller off: no kubelet sends heartbeats) and kube-scheduler.
+//! authentication, service-account signing keys), kube-controller-manager and
+//! kube-scheduler.
+//!
+//! The node lifecycle controller runs, fed by the node simulator's heartbeats, with its
+//! periods shortened so a lost zone is noticed, tainted and evicted in seconds rather
+//! than minutes: see [`NODE_MONITOR_GRACE`] and [`UNREACHABLE_TOLERATION`].
 //!
 //! The binaries are built once by `hack/build-control-plane.sh` and cached outside the
 //! repository. Every process is started by this harness and stopped by PID when the
@@ -18,6 +22,14 @@ use anyhow::{bail, Context, Result};
 use crate::repo_root;
 
 pub const ADMIN_TOKEN: &str = "e2e-admin-token";
+
+/// Without a heartbeat for this long a node is marked Ready=Unknown and tainted
+/// `node.kubernetes.io/unreachable` (production: 40 s). Four simulator heartbeats fit in
+/// it, so a busy machine does not make a live node look lost.
+pub const NODE_MONITOR_GRACE: std::time::Duration = std::time::Duration::from_secs(8);
+/// How long a pod stays on an unreachable or not-ready node before the taint manager
+/// evicts it, for pods that set no toleration of their own (production: 300 s).
+pub const UNREACHABLE_TOLERATION: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where the control-plane binaries are, building them the first time.
 pub fn control_plane_bin() -> Result<PathBuf> {
@@ -166,6 +178,14 @@ impl ControlPlane {
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 "--service-cluster-ip-range=10.96.0.0/16".into(),
                 "--allow-privileged=true".into(),
+                format!(
+                    "--default-not-ready-toleration-seconds={}",
+                    UNREACHABLE_TOLERATION.as_secs()
+                ),
+                format!(
+                    "--default-unreachable-toleration-seconds={}",
+                    UNREACHABLE_TOLERATION.as_secs()
+                ),
                 // Audit log: the idle benchmark counts the operator's requests from it.
                 format!(
                     "--audit-policy-file={}",
@@ -195,9 +215,17 @@ impl ControlPlane {
                 "--leader-elect=false".into(),
                 "--port=0".into(),
                 "--secure-port=0".into(),
-                // No kubelet sends heartbeats: the lifecycle controller would taint and
-                // evict every simulated node. The node simulator plays that part.
-                "--controllers=*,-nodelifecycle".into(),
+                // The node lifecycle controller, on the simulator's heartbeats.
+                "--node-monitor-period=1s".into(),
+                format!(
+                    "--node-monitor-grace-period={}s",
+                    NODE_MONITOR_GRACE.as_secs()
+                ),
+                // A node created without a heartbeat (the simulator posts one at once).
+                "--node-startup-grace-period=10s".into(),
+                // The unreachable NoExecute taint goes on one node per 1/rate seconds
+                // (production: 0.1, one node every 10 s); a zone's nodes at once here.
+                "--node-eviction-rate=100".into(),
                 format!("--service-account-private-key-file={}", sa_key.display()),
                 format!("--root-ca-file={}", cp.ca_file.display()),
                 "--use-service-account-credentials=false".into(),

@@ -2,7 +2,14 @@
 //! volume provisioner the tests need.
 //!
 //! - Nodes are created with zone, region and hostname labels and room for every stack
-//!   size; they are marked Ready without the `not-ready` taint, since no kubelet runs.
+//!   size. Like kubelets, the simulator renews each node's Lease in `kube-node-lease` and
+//!   the Ready condition's heartbeat every [`HEARTBEAT`], so the control plane's node
+//!   lifecycle controller sees live nodes, and sees a node die when its heartbeats stop.
+//! - [`NodeSim::zone_down`] cuts a zone's nodes off, as a lost zone does: no heartbeats
+//!   and no pod updates. The lifecycle controller then marks the nodes unreachable,
+//!   taints them and evicts their pods, which stay Terminating since no kubelet confirms.
+//!   [`NodeSim::zone_up`] reconnects them: Ready again, evicted pods removed, the others
+//!   reported Running and Ready again.
 //! - Bound pods become Running and Ready, except a pod with the zone init container,
 //!   which stays Pending until its zone annotation is set, as the real init container
 //!   would. Pods being deleted are removed at once, as a kubelet would once they stop.
@@ -10,14 +17,18 @@
 //!   PersistentVolume bound to them, with node affinity to the zone of the node the
 //!   scheduler selected, the way a cloud disk behaves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use loki_zone_operator::names;
@@ -30,32 +41,122 @@ pub const HOSTNAME: &str = "kubernetes.io/hostname";
 pub const STORAGE_CLASS: &str = "zonal";
 pub const PROVISIONER: &str = "e2e.loki-zone-operator.dev/zonal";
 const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// How often a simulated kubelet renews its node's Lease and Ready heartbeat; well inside
+/// the harness's `--node-monitor-grace-period`.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// Heartbeats sent at once: enough for a thousand nodes within one [`HEARTBEAT`].
+const HEARTBEAT_CONCURRENCY: usize = 16;
+
+/// Names of the nodes whose kubelets are cut off.
+type Dark = Arc<Mutex<BTreeSet<String>>>;
+
+fn is_dark(dark: &Dark, node: &str) -> bool {
+    dark.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(node)
+}
 
 #[derive(Clone)]
 pub struct NodeSim {
     client: Client,
+    dark: Dark,
 }
 
-fn ready_status(ready: bool) -> serde_json::Value {
+/// The node status a kubelet posts: capacity and the conditions the lifecycle controller
+/// reads (it marks every one of them Unknown when the heartbeats stop). `ready_since` is
+/// kept across heartbeats, as a kubelet keeps a condition's lastTransitionTime.
+fn node_status(ready_since: &str) -> serde_json::Value {
     let capacity =
         json!({"cpu": "64", "memory": "256Gi", "pods": "250", "ephemeral-storage": "500Gi"});
+    let now = Timestamp::now().to_string();
+    let condition = |t: &str, status: &str, reason: &str| {
+        json!({
+            "type": t, "status": status, "reason": reason, "message": "simulated kubelet",
+            "lastHeartbeatTime": now, "lastTransitionTime": ready_since,
+        })
+    };
     json!({"status": {
         "capacity": capacity,
         "allocatable": capacity,
-        "conditions": [{
-            "type": "Ready",
-            "status": if ready { "True" } else { "False" },
-            "reason": if ready { "KubeletReady" } else { "NodeStatusUnknown" },
-            "message": "simulated",
-            "lastHeartbeatTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
-        }],
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+            condition("Ready", "True", "KubeletReady"),
+        ],
     }})
+}
+
+/// When the node's Ready condition last became True, if it is True.
+fn ready_since(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.to_string())
+}
+
+/// One heartbeat of a node's kubelet: its Lease renewed (created the first time) and its
+/// status posted with a fresh Ready heartbeat. Taints are left to the lifecycle
+/// controller, which removes those it added once the node is Ready again.
+async fn heartbeat(client: &Client, node: &Node) -> Result<()> {
+    let name = node.name_any();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+    let spec = json!({
+        "holderIdentity": name,
+        "leaseDurationSeconds": 40,
+        "renewTime": MicroTime(Timestamp::now()),
+    });
+    let renewed = leases
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
+        .await;
+    match renewed {
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            // Owned by its node, as a kubelet's Lease is: deleting the node collects it.
+            let lease: Lease = serde_json::from_value(json!({
+                "metadata": {"name": name, "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Node", "name": name, "uid": node.uid(),
+                }]},
+                "spec": spec,
+            }))?;
+            match leases.create(&PostParams::default(), &lease).await {
+                // Created by a concurrent heartbeat of the same node.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                other => {
+                    other.with_context(|| format!("creating the Lease of node {name}"))?;
+                }
+            }
+        }
+        other => {
+            other.with_context(|| format!("renewing the Lease of node {name}"))?;
+        }
+    }
+    let since = ready_since(node).unwrap_or_else(|| Timestamp::now().to_string());
+    Api::<Node>::all(client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(&node_status(&since)),
+        )
+        .await
+        .with_context(|| format!("node {name} status"))?;
+    Ok(())
 }
 
 impl NodeSim {
     pub fn new(client: Client) -> Self {
-        NodeSim { client }
+        NodeSim {
+            client,
+            dark: Dark::default(),
+        }
     }
 
     fn nodes(&self) -> Api<Node> {
@@ -80,7 +181,9 @@ impl NodeSim {
         }
     }
 
-    /// Creates a Ready node with these labels (plus hostname).
+    /// Creates a node with these labels (plus hostname) and reports it Ready at once, as
+    /// a kubelet registers its node, so the lifecycle controller never finds it without
+    /// a heartbeat. [`NodeSim::run`] keeps it alive from then on.
     pub async fn create_node(&self, name: &str, labels: &[(&str, &str)]) -> Result<()> {
         let mut l: BTreeMap<String, String> = labels
             .iter()
@@ -88,11 +191,12 @@ impl NodeSim {
             .collect();
         l.insert(HOSTNAME.into(), name.into());
         let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": l}}))?;
-        self.nodes()
+        let node = self
+            .nodes()
             .create(&PostParams::default(), &node)
             .await
             .with_context(|| format!("creating node {name}"))?;
-        self.set_ready(name, true).await
+        heartbeat(&self.client, &node).await
     }
 
     /// `per_zone` nodes in each zone, named `node-<zone>-<i>`.
@@ -109,61 +213,41 @@ impl NodeSim {
         Ok(names)
     }
 
-    /// Ready, or down the way a lost node looks: NotReady with the `unreachable` taint.
-    pub async fn set_ready(&self, name: &str, ready: bool) -> Result<()> {
-        self.nodes()
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&ready_status(ready)),
-            )
-            .await
-            .with_context(|| format!("node {name} status"))?;
-        let taints = if ready {
-            json!([])
-        } else {
-            json!([{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}, {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}])
-        };
-        self.nodes()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"spec": {"taints": taints}})),
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn nodes_in_zone(&self, zone: &str) -> Result<Vec<String>> {
+    /// The names of the nodes labelled with `zone`.
+    pub async fn nodes_in_zone(&self, zone: &str) -> Result<Vec<String>> {
         let list = self
             .nodes()
-            .list(&kube::api::ListParams::default().labels(&format!("{ZONE}={zone}")))
+            .list(&ListParams::default().labels(&format!("{ZONE}={zone}")))
             .await?;
         Ok(list.items.iter().map(|n| n.name_any()).collect())
     }
 
-    pub async fn zone_down(&self, zone: &str) -> Result<()> {
-        for n in self.nodes_in_zone(zone).await? {
-            self.set_ready(&n, false).await?;
-        }
-        Ok(())
+    /// The zone goes dark: its nodes' kubelets stop heartbeating and stop updating their
+    /// pods. Everything else is left to the control plane. Returns the nodes cut off.
+    pub async fn zone_down(&self, zone: &str) -> Result<Vec<String>> {
+        let nodes = self.nodes_in_zone(zone).await?;
+        self.dark
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(nodes.iter().cloned());
+        Ok(nodes)
     }
 
+    /// The zone reconnects: each kubelet reports its node Ready at once, removes the pods
+    /// that were evicted meanwhile and reports the others Running and Ready again.
     pub async fn zone_up(&self, zone: &str) -> Result<()> {
-        for n in self.nodes_in_zone(zone).await? {
-            self.set_ready(&n, true).await?;
+        for name in self.nodes_in_zone(zone).await? {
+            self.dark
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&name);
+            heartbeat(&self.client, &self.nodes().get(&name).await?).await?;
+            let pods: Api<Pod> = Api::all(self.client.clone());
+            let on_node = ListParams::default().fields(&format!("spec.nodeName={name}"));
+            for pod in pods.list(&on_node).await? {
+                sync_pod(&self.client, &self.dark, &pod).await;
+            }
         }
-        Ok(())
-    }
-
-    pub async fn cordon(&self, name: &str, cordoned: bool) -> Result<()> {
-        self.nodes()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"spec": {"unschedulable": cordoned}})),
-            )
-            .await?;
         Ok(())
     }
 
@@ -184,12 +268,51 @@ impl NodeSim {
         Ok(())
     }
 
-    /// Starts the kubelet and provisioner loops.
+    /// Starts the kubelet (heartbeats and pods) and provisioner loops.
     pub fn run(&self) -> Vec<JoinHandle<()>> {
         vec![
-            tokio::spawn(kubelet(self.client.clone())),
+            tokio::spawn(heartbeats(self.client.clone(), self.dark.clone())),
+            tokio::spawn(kubelet(self.client.clone(), self.dark.clone())),
             tokio::spawn(provisioner(self.client.clone())),
         ]
+    }
+}
+
+/// Every [`HEARTBEAT`], a heartbeat for every node that is not cut off, including nodes
+/// created since the last round.
+async fn heartbeats(client: Client, dark: Dark) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut listed = true;
+    loop {
+        tick.tick().await;
+        let list = match nodes.list(&ListParams::default()).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                // Once per failure streak: the API server also goes away at the end.
+                if std::mem::replace(&mut listed, false) {
+                    eprintln!("[nodesim] listing nodes: {e}");
+                }
+                continue;
+            }
+        };
+        listed = true;
+        let live = list.into_iter().filter(|n| !is_dark(&dark, &n.name_any()));
+        let results: Vec<Result<()>> = futures::stream::iter(live)
+            .map(|n| {
+                let client = client.clone();
+                async move { heartbeat(&client, &n).await }
+            })
+            .buffer_unordered(HEARTBEAT_CONCURRENCY)
+            .collect()
+            .await;
+        for e in results.into_iter().filter_map(Result::err) {
+            // A node deleted by a test between the list and its heartbeat.
+            if !format!("{e:#}").contains("not found") {
+                eprintln!("[nodesim] heartbeat: {e:#}");
+            }
+        }
     }
 }
 
@@ -214,7 +337,7 @@ fn is_running_ready(pod: &Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn kubelet(client: Client) {
+async fn kubelet(client: Client, dark: Dark) {
     let all: Api<Pod> = Api::all(client.clone());
     let stream = watcher(all, watcher::Config::default())
         .default_backoff()
@@ -222,45 +345,60 @@ async fn kubelet(client: Client) {
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
         let Ok(pod) = ev else { continue };
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-            continue;
-        };
-        let ns = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-        if pod.metadata.deletion_timestamp.is_some() {
-            let _ = api
-                .delete(
-                    &pod.name_any(),
-                    &DeleteParams {
-                        grace_period_seconds: Some(0),
-                        ..Default::default()
-                    },
-                )
-                .await;
-            continue;
-        }
-        if is_running_ready(&pod) || waits_for_zone(&pod) {
-            continue;
-        }
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
-        let status = json!({"status": {
-            "phase": "Running",
-            "hostIP": "127.0.0.1",
-            "podIP": "127.0.0.1",
-            "startTime": now,
-            "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
-        }});
-        if let Err(e) = api
-            .patch_status(
+        sync_pod(&client, &dark, &pod).await;
+    }
+}
+
+/// What the kubelet of the pod's node does with it, unless that kubelet is cut off: a pod
+/// being deleted is removed, a pod not yet Running and Ready (or marked not Ready by the
+/// lifecycle controller) is reported Running and Ready.
+async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod) {
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+        return;
+    };
+    if is_dark(dark, &node) {
+        return;
+    }
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    if pod.metadata.deletion_timestamp.is_some() {
+        let _ = api
+            .delete(
                 &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&status),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
             )
-            .await
-        {
-            eprintln!("[nodesim] pod {ns}/{} on {node}: {e}", pod.name_any());
-        }
+            .await;
+        return;
+    }
+    if is_running_ready(pod) || waits_for_zone(pod) {
+        return;
+    }
+    let now = Timestamp::now().to_string();
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or(now.clone(), |t| t.0.to_string());
+    let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+    let status = json!({"status": {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": "127.0.0.1",
+        "startTime": started,
+        "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
+    }});
+    if let Err(e) = api
+        .patch_status(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+    {
+        eprintln!("[nodesim] pod {ns}/{} on {node}: {e}", pod.name_any());
     }
 }
 
