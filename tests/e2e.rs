@@ -844,8 +844,24 @@ async fn http_post(
 
 /// 11. Idle is free: with nothing changing, resyncs send no write request.
 async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
-    // Stacks from earlier scenarios are Ready; let in-flight work settle.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Earlier scenarios (zone outages among them) may still be rolling pods: idle means
+    // every stack settled (Ready, or held back on purpose) and no status changing.
+    eventually("every stack settled before idling", WAIT, || async {
+        let stacks = statuses(env).await?;
+        let settled = stacks.values().all(|s| {
+            let is_true = |t: &str| {
+                s["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == t && c["status"] == "True")
+            };
+            is_true("Ready") || is_true("Degraded") || s.is_null()
+        });
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        Ok((settled && statuses(env).await? == stacks).then_some(()))
+    })
+    .await?;
     let audit = env.cp.dir.join("audit.log");
     let reconciles_before = reconciles(env).await?;
     let start = std::fs::read_to_string(&audit).unwrap_or_default().len();
@@ -885,18 +901,56 @@ async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
             _ => reads += 1,
         }
     }
-    ensure!(
-        writes.is_empty(),
-        "{} writes in {:?} of idle: {writes:?}",
-        writes.len(),
-        begin.elapsed()
-    );
+    if !writes.is_empty() {
+        // What keeps changing: two reads of every status a resync apart, diffed.
+        let a = statuses(env).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let b = statuses(env).await?;
+        let changed: Vec<String> = a
+            .iter()
+            .filter(|(k, v)| b.get(*k) != Some(*v))
+            .map(|(k, v)| {
+                format!(
+                    "{k}: {v}\n  then: {}",
+                    b.get(k).cloned().unwrap_or_default()
+                )
+            })
+            .collect();
+        bail!(
+            "{} writes in {:?} of idle: {writes:?}\nstatuses that changed:\n{}",
+            writes.len(),
+            begin.elapsed(),
+            changed.join("\n")
+        );
+    }
     println!(
         "    idle for {:?}: {} reconciles, 0 writes, {reads} reads",
         begin.elapsed(),
         reconciles_after - reconciles_before
     );
     Ok(())
+}
+
+/// Every stack's status, by namespace/name (null for an unmanaged or new stack).
+async fn statuses(env: &Env) -> Result<BTreeMap<String, Value>> {
+    let list = Api::<LokiStack>::all(env.admin.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|s| {
+            let key = format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any());
+            let managed =
+                s.spec.management_state == loki_zone_operator::api::ManagementState::Managed;
+            let status = if managed {
+                serde_json::to_value(&s.status).unwrap_or_default()
+            } else {
+                Value::Null
+            };
+            (key, status)
+        })
+        .collect())
 }
 
 /// Reconciles the operator has finished, from its /metrics.

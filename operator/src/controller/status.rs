@@ -139,9 +139,11 @@ struct Counts {
     failed: usize,
     /// Pending, or running but not ready yet.
     pending: usize,
-    /// Every component has its desired replicas Ready, less its share in unavailable zones.
+    /// Every component has its desired replicas Ready, less its pods on lost nodes or its
+    /// share in unavailable zones.
     all_ready: bool,
-    /// A zone is unavailable: pods that cannot start are expected, not a fault.
+    /// A node or zone is lost: replacements that cannot start are expected, not a fault;
+    /// the write quorum decides, through Degraded.
     outage: bool,
 }
 
@@ -164,16 +166,22 @@ impl Counts {
                 .get(&c.component)
                 .and_then(|m| m.get(PodPhase::Ready.as_str()))
                 .map_or(0, Vec::len);
+            let unknown = by_component
+                .get(&c.component)
+                .and_then(|m| m.get(PodPhase::Unknown.as_str()))
+                .map_or(0, Vec::len);
             let replicas = usize::try_from(c.replicas).unwrap_or(0);
             let expected_lost =
                 outage.map_or(0, |(down, known)| (replicas * down).div_ceil(known.max(1)));
-            ready + expected_lost >= replicas
+            // A zone's nodes fail one by one: a pod on a lost node is expected missing
+            // before its whole zone counts as unavailable.
+            ready + unknown.max(expected_lost) >= replicas
         });
         Counts {
             failed: count(PodPhase::Failed),
             pending: count(PodPhase::Pending) + count(PodPhase::Running),
             all_ready,
-            outage: outage.is_some(),
+            outage: outage.is_some() || count(PodPhase::Unknown) > 0,
         }
     }
 }
