@@ -126,9 +126,21 @@ pub fn schedulable(
     if spec.and_then(|s| s.unschedulable).unwrap_or(false) {
         return Err(Ineligible::Cordoned);
     }
-    for taint in spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]) {
+    taints_and_selector(node, node_selector, tolerations, |_| false)
+}
+
+/// The node's hard taints the pods do not tolerate (but those `ignored`), then the node
+/// selector.
+fn taints_and_selector(
+    node: &Node,
+    node_selector: &BTreeMap<String, String>,
+    tolerations: &[Toleration],
+    ignored: impl Fn(&Taint) -> bool,
+) -> Result<(), Ineligible> {
+    let taints = node.spec.as_ref().and_then(|s| s.taints.as_deref());
+    for taint in taints.unwrap_or(&[]) {
         let hard = taint.effect == "NoSchedule" || taint.effect == "NoExecute";
-        if hard && !tolerations.iter().any(|t| tolerates(t, taint)) {
+        if hard && !ignored(taint) && !tolerations.iter().any(|t| tolerates(t, taint)) {
             return Err(Ineligible::Taint(format!("{}:{}", taint.key, taint.effect)));
         }
     }
@@ -365,22 +377,9 @@ fn could_hold(
     node_selector: &BTreeMap<String, String>,
     tolerations: &[Toleration],
 ) -> Result<(), Ineligible> {
-    let spec = node.spec.as_ref();
-    for taint in spec.and_then(|s| s.taints.as_deref()).unwrap_or(&[]) {
-        let hard = taint.effect == "NoSchedule" || taint.effect == "NoExecute";
-        let outage = OUTAGE_TAINTS.contains(&taint.key.as_str());
-        if hard && !outage && !tolerations.iter().any(|t| tolerates(t, taint)) {
-            return Err(Ineligible::Taint(format!("{}:{}", taint.key, taint.effect)));
-        }
-    }
-    let labels = node.metadata.labels.as_ref();
-    let selected = node_selector
-        .iter()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
-    if !selected {
-        return Err(Ineligible::NodeSelector);
-    }
-    Ok(())
+    taints_and_selector(node, node_selector, tolerations, |t| {
+        OUTAGE_TAINTS.contains(&t.key.as_str())
+    })
 }
 
 /// When the node went down: its Ready condition's last transition, else the time an
