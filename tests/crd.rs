@@ -216,6 +216,15 @@ fn cel_rules_reject_cross_field_errors_with_the_field_named() {
         "spec.replication.zones[0].topologyKey",
         "spec.replication.zones[0].topologyKey",
     ));
+    cases.push((
+        "a custom CA for a store other than S3",
+        with(|v| {
+            v["spec"]["storage"]["secret"]["type"] = json!("gcs");
+            v["spec"]["storage"]["tls"] = json!({"caName": "ca"});
+        }),
+        "spec.storage.tls",
+        "spec.storage.tls",
+    ));
     for (name, object, cel_field, validate_field) in cases {
         assert_eq!(
             openapi_errors(&object),

@@ -35,6 +35,9 @@ pub const RULE_UNIQUE_KEYS_MSG: &str = "each topologyKey may appear only once in
 pub const RULE_KEY_PREFIX: &str = "self.topologyKey.matches('^([^/]{1,253}/)?[^/]+$')";
 pub const RULE_KEY_PREFIX_MSG: &str =
     "the prefix of topologyKey (before the /) may have at most 253 characters";
+pub const RULE_TLS_S3: &str = "!has(self.tls) || self.secret.type == 's3'";
+pub const RULE_TLS_S3_MSG: &str =
+    "tls (a custom CA bundle) is supported for storage type s3 only: remove it";
 pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
 pub const RULE_NAME_LENGTH_MSG: &str =
     "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
@@ -143,8 +146,9 @@ pub enum ManagementState {
     Unmanaged,
 }
 
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(RULE_TLS_S3).message(RULE_TLS_S3_MSG).field_path(".tls"))]
 pub struct ObjectStorageSpec {
     /// Schema periods of the index. Defaults to v13 from 2024-04-02.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -154,6 +158,32 @@ pub struct ObjectStorageSpec {
 
     /// The Secret, in the stack's namespace, that holds the object storage credentials.
     pub secret: ObjectStorageSecretSpec,
+
+    /// A CA bundle to verify the object store's certificate with, for stores behind a
+    /// private CA (on-premises S3 such as MinIO or Ceph RGW). Storage type s3 only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ObjectStorageTlsSpec>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStorageTlsSpec {
+    /// The ConfigMap, in the stack's namespace, that holds the CA bundle.
+    #[serde(rename = "caName")]
+    #[schemars(length(min = 1, max = 253))]
+    pub ca_name: String,
+    /// The key of the CA bundle in that ConfigMap. Defaults to `service-ca.crt`.
+    #[serde(rename = "caKey", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub ca_key: Option<String>,
+}
+
+impl ObjectStorageTlsSpec {
+    pub const DEFAULT_CA_KEY: &'static str = "service-ca.crt";
+
+    pub fn ca_key(&self) -> &str {
+        self.ca_key.as_deref().unwrap_or(Self::DEFAULT_CA_KEY)
+    }
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]

@@ -15,7 +15,6 @@ pub const GO_OPERATOR_ONLY: &[&str] = &[
     "spec.hashRing",
     "spec.networkPolicies",
     "spec.template.gateway",
-    "spec.storage.tls",
     "spec.rules.selector",
     "spec.rules.namespaceSelector",
 ];

@@ -355,10 +355,11 @@ fn sizing(eff: &EffectiveStack) -> Value {
 pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, RenderError> {
     let name = stack.metadata.name.as_deref().ok_or(RenderError::NoName)?;
     let st = stack.spec.storage.secret.type_;
-    let fields: Vec<Value> = storage::config_fields(st, &eff.store)
-        .into_iter()
-        .map(|(key, value)| json!({"config_key": key, "value": value}))
-        .collect();
+    let fields: Vec<Value> =
+        storage::config_fields(st, &eff.store, stack.spec.storage.tls.as_ref())
+            .into_iter()
+            .map(|(key, value)| json!({"config_key": key, "value": value}))
+            .collect();
     let schemas: Vec<Value> = eff
         .schemas
         .iter()
@@ -488,12 +489,16 @@ fn pod_volumes(stack: &LokiStack, c: &EffectiveComponent) -> Value {
     let secret_volume = storage::secret_mount(secret.type_).map(|dir| {
         json!({"name": names::VOLUME_STORAGE_SECRET, "mount_path": dir, "secret": secret.name})
     });
+    let ca_volume = stack.spec.storage.tls.as_ref().map(|tls| {
+        json!({"name": names::VOLUME_STORAGE_CA, "mount_path": names::STORAGE_CA_MOUNT_DIR, "config_map": tls.ca_name})
+    });
     json!({
         "data_volumes": data_volumes,
         "empty_dirs": empty_dirs,
         "claims": claims,
         "storage_class": stack.spec.storage_class_name,
         "secret_volume": secret_volume,
+        "ca_volume": ca_volume,
     })
 }
 

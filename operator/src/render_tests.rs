@@ -734,3 +734,47 @@ fn limits_and_retention_reach_loki_and_tenant_changes_restart_nothing() {
     };
     assert_eq!(hashes(&s), hashes(&s2));
 }
+
+#[test]
+fn a_storage_ca_is_mounted_in_every_loki_pod_and_named_in_the_config() {
+    let mut spec = zoned_spec(LokiStackSize::Small, 3, &[ZONE]);
+    spec.rules = Some(RulesSpec { enabled: true });
+    spec.storage.tls = Some(crate::api::ObjectStorageTlsSpec {
+        ca_name: "minio-ca".into(),
+        ca_key: Some("ca.pem".into()),
+    });
+    let s = stack("s", spec);
+    let templates = pod_templates(&render_stack(&s, ServerCapabilities::MODERN));
+    assert!(templates.len() >= 7, "{}", templates.len());
+    for (name, t) in templates {
+        let pod = t.spec.expect("pod spec");
+        let volume = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == names::VOLUME_STORAGE_CA)
+            .unwrap_or_else(|| panic!("{name}: no CA volume"));
+        let cm = volume.config_map.as_ref().expect("from a ConfigMap");
+        assert_eq!(cm.name, "minio-ca");
+        let loki = &pod.containers[0];
+        assert!(
+            loki.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == names::VOLUME_STORAGE_CA
+                    && m.mount_path == names::STORAGE_CA_MOUNT_DIR
+                    && m.read_only == Some(true)),
+            "{name}: CA not mounted"
+        );
+    }
+    let config = config_of(&s);
+    for block in [
+        &config["common"]["storage"]["object_store"]["s3"],
+        &config["ruler_storage"]["s3"],
+    ] {
+        assert_eq!(
+            block["http"]["tls_ca_path"],
+            Value::from("/var/run/tls/storage/ca/ca.pem")
+        );
+    }
+}

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
 
-use crate::api::ObjectStorageSecretType;
+use crate::api::{ObjectStorageSecretType, ObjectStorageTlsSpec};
 use crate::conditions::Reason;
 use crate::names;
 
@@ -68,8 +68,21 @@ const S3: &[StorageField] = &[
 ];
 
 /// Secret keys whose values are addresses or settings, not credentials: the cache keeps
-/// them, so the operator can render what Loki needs from them.
-pub const PLAIN_KEYS: [&str; 3] = ["endpoint", "region", "forcepathstyle"];
+/// them, so the operator can render what Loki needs from them. The SSE keys name a KMS
+/// key and its encryption context, which protect nothing by being secret (the Go Loki
+/// Operator reads the same keys).
+pub const PLAIN_KEYS: [&str; 6] = [
+    "endpoint",
+    "region",
+    "forcepathstyle",
+    SSE_TYPE,
+    SSE_KMS_KEY_ID,
+    SSE_KMS_CONTEXT,
+];
+
+pub const SSE_TYPE: &str = "sse_type";
+pub const SSE_KMS_KEY_ID: &str = "sse_kms_key_id";
+pub const SSE_KMS_CONTEXT: &str = "sse_kms_encryption_context";
 
 /// A cached Secret value that could change the YAML it is expanded into (a quote, a
 /// backslash, a line break) is replaced by this byte; any other by [`VALUE_SAFE`].
@@ -217,11 +230,85 @@ pub fn parse_s3_endpoint(
     })
 }
 
+/// S3 server-side encryption, as Loki's S3 client takes it (`sse` block).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum S3Sse {
+    /// SSE-S3: keys managed by S3.
+    S3,
+    /// SSE-KMS with this key, and an optional encryption context (a JSON object).
+    Kms {
+        key_id: String,
+        context: Option<String>,
+    },
+}
+
+impl S3Sse {
+    /// Reads the Secret's `sse_*` values; `Ok(None)` when `sse_type` is unset.
+    pub fn parse(
+        sse_type: Option<&str>,
+        key_id: Option<&str>,
+        context: Option<&str>,
+    ) -> Result<Option<S3Sse>, (&'static str, String)> {
+        fn set(v: Option<&str>) -> Option<&str> {
+            v.map(str::trim).filter(|v| !v.is_empty())
+        }
+        let (key_id, context) = (set(key_id), set(context));
+        match set(sse_type) {
+            None if key_id.is_some() || context.is_some() => Err((
+                SSE_TYPE,
+                format!("is not set, but {SSE_KMS_KEY_ID} or {SSE_KMS_CONTEXT} is: set it to SSE-KMS"),
+            )),
+            None => Ok(None),
+            Some("SSE-S3") if key_id.is_some() || context.is_some() => Err((
+                SSE_TYPE,
+                format!("is SSE-S3, which takes no KMS key: remove {SSE_KMS_KEY_ID} and {SSE_KMS_CONTEXT}, or use SSE-KMS"),
+            )),
+            Some("SSE-S3") => Ok(Some(S3Sse::S3)),
+            Some("SSE-KMS") => {
+                let Some(key_id) = key_id else {
+                    return Err((SSE_KMS_KEY_ID, "is required with sse_type SSE-KMS: set the KMS key's ID or ARN".into()));
+                };
+                if let Some(c) = context {
+                    let object = serde_json::from_str::<serde_json::Value>(c)
+                        .is_ok_and(|v| v.is_object());
+                    if !object {
+                        return Err((SSE_KMS_CONTEXT, "must be a JSON object, such as {\"team\":\"logs\"}".into()));
+                    }
+                }
+                Ok(Some(S3Sse::Kms {
+                    key_id: key_id.to_string(),
+                    context: context.map(str::to_string),
+                }))
+            }
+            Some(other) => Err((
+                SSE_TYPE,
+                format!("{other:?} is not supported: use SSE-S3 or SSE-KMS"),
+            )),
+        }
+    }
+
+    /// The `sse` block as a one-line YAML flow mapping.
+    fn flow(&self) -> String {
+        let v = match self {
+            S3Sse::S3 => serde_json::json!({"type": "SSE-S3"}),
+            S3Sse::Kms { key_id, context } => {
+                let mut v = serde_json::json!({"type": "SSE-KMS", "kms_key_id": key_id});
+                if let Some(c) = context {
+                    v["kms_encryption_context"] = c.clone().into();
+                }
+                v
+            }
+        };
+        v.to_string()
+    }
+}
+
 /// What Loki's config needs from the store beyond the Secret's key names. Empty when
 /// rendering offline (no Secret at hand): the endpoint is then expanded as given.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StoreParams {
     pub s3: Option<S3Endpoint>,
+    pub sse: Option<S3Sse>,
 }
 
 fn plain_value<'a>(secret: &'a Secret, key: &str) -> Option<&'a str> {
@@ -247,25 +334,43 @@ pub fn store_params(
     if t != ObjectStorageSecretType::S3 {
         return Ok(StoreParams::default());
     }
-    let Some(endpoint) = plain_value(secret, "endpoint") else {
-        return Ok(StoreParams::default());
-    };
-    let s3 = parse_s3_endpoint(
-        endpoint,
-        plain_value(secret, "region"),
-        plain_value(secret, "forcepathstyle"),
-    )
-    .map_err(|message| StorageSecretError::InvalidValue {
+    let invalid = |key: &'static str, message: String| StorageSecretError::InvalidValue {
         name: name.to_string(),
-        key: "endpoint",
+        key,
         message,
-    })?;
-    Ok(StoreParams { s3: Some(s3) })
+    };
+    let sse = S3Sse::parse(
+        plain_value(secret, SSE_TYPE),
+        plain_value(secret, SSE_KMS_KEY_ID),
+        plain_value(secret, SSE_KMS_CONTEXT),
+    )
+    .map_err(|(key, message)| invalid(key, message))?;
+    let s3 = match plain_value(secret, "endpoint") {
+        Some(endpoint) => Some(
+            parse_s3_endpoint(
+                endpoint,
+                plain_value(secret, "region"),
+                plain_value(secret, "forcepathstyle"),
+            )
+            .map_err(|message| invalid("endpoint", message))?,
+        ),
+        None => None,
+    };
+    Ok(StoreParams { s3, sse })
+}
+
+/// Where the pods find the CA bundle of `spec.storage.tls`.
+pub fn ca_file(tls: &ObjectStorageTlsSpec) -> String {
+    format!("{}/{}", names::STORAGE_CA_MOUNT_DIR, tls.ca_key())
 }
 
 /// `common.storage.object_store.<block>`, as (key, YAML value) pairs: literal values the
 /// operator resolved, else `"${VAR}"` expansions of the Secret's values.
-pub fn config_fields(t: ObjectStorageSecretType, params: &StoreParams) -> Vec<(String, String)> {
+pub fn config_fields(
+    t: ObjectStorageSecretType,
+    params: &StoreParams,
+    tls: Option<&ObjectStorageTlsSpec>,
+) -> Vec<(String, String)> {
     let quote = |v: &str| serde_json::Value::String(v.to_string()).to_string();
     let mut out: Vec<(String, String)> = Vec::new();
     for f in fields(t).iter().filter(|f| f.client_env.is_none()) {
@@ -285,6 +390,17 @@ pub fn config_fields(t: ObjectStorageSecretType, params: &StoreParams) -> Vec<(S
     if let Some(s3) = &params.s3 {
         out.push(("insecure".into(), s3.insecure.to_string()));
         out.push(("bucket_lookup_type".into(), quote(s3.bucket_lookup)));
+    }
+    if let Some(sse) = params
+        .sse
+        .as_ref()
+        .filter(|_| t == ObjectStorageSecretType::S3)
+    {
+        out.push(("sse".into(), sse.flow()));
+    }
+    if let Some(tls) = tls.filter(|_| t == ObjectStorageSecretType::S3) {
+        let http = serde_json::json!({"tls_ca_path": ca_file(tls)});
+        out.push(("http".into(), http.to_string()));
     }
     out
 }
@@ -541,7 +657,7 @@ mod tests {
             ..Default::default()
         };
         let params = store_params(ObjectStorageSecretType::S3, "s", &secret).expect("params");
-        let lines: Vec<String> = config_fields(ObjectStorageSecretType::S3, &params)
+        let lines: Vec<String> = config_fields(ObjectStorageSecretType::S3, &params, None)
             .into_iter()
             .map(|(k, v)| format!("{k}: {v}"))
             .collect();
@@ -579,5 +695,95 @@ mod tests {
             .insert("bucketname".into(), ByteString(vec![VALUE_UNSAFE]));
         let e = check_secret(ObjectStorageSecretType::Gcs, "s", "n", Some(&s)).expect_err("unsafe");
         assert!(e.to_string().contains("key bucketname"), "{e}");
+    }
+
+    fn s3_lines(keys: &[(&str, &str)], tls: Option<&ObjectStorageTlsSpec>) -> Vec<String> {
+        let params = store_params(ObjectStorageSecretType::S3, "s", &secret(keys)).expect("params");
+        config_fields(ObjectStorageSecretType::S3, &params, tls)
+            .into_iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect()
+    }
+
+    #[test]
+    fn s3_server_side_encryption_lines() {
+        let endpoint = ("endpoint", "https://s3.eu-west-1.amazonaws.com");
+        let lines = s3_lines(&[endpoint, (SSE_TYPE, "SSE-S3")], None);
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some(r#"sse: {"type":"SSE-S3"}"#)
+        );
+        // The context is JSON: its quotes must survive as data, not end the YAML string.
+        let lines = s3_lines(
+            &[
+                endpoint,
+                (SSE_TYPE, "SSE-KMS"),
+                (SSE_KMS_KEY_ID, "arn:aws:kms:eu-west-1:1:key/k"),
+                (SSE_KMS_CONTEXT, r#"{"team":"logs"}"#),
+            ],
+            None,
+        );
+        let sse = lines.last().expect("sse line");
+        assert_eq!(
+            sse,
+            r#"sse: {"kms_encryption_context":"{\"team\":\"logs\"}","kms_key_id":"arn:aws:kms:eu-west-1:1:key/k","type":"SSE-KMS"}"#
+        );
+        let parsed: serde_yaml_ng::Value = serde_yaml_ng::from_str(sse).expect("valid YAML");
+        assert_eq!(
+            parsed["sse"]["kms_encryption_context"].as_str(),
+            Some(r#"{"team":"logs"}"#)
+        );
+        // Without SSE keys, no sse block at all.
+        assert!(!s3_lines(&[endpoint], None)
+            .iter()
+            .any(|l| l.starts_with("sse")));
+    }
+
+    #[test]
+    fn bad_server_side_encryption_names_the_key() {
+        let cases: [(&[(&str, &str)], &str); 5] = [
+            (&[(SSE_TYPE, "AES256")], SSE_TYPE),
+            (&[(SSE_TYPE, "SSE-KMS")], SSE_KMS_KEY_ID),
+            (&[(SSE_TYPE, "SSE-S3"), (SSE_KMS_KEY_ID, "k")], SSE_TYPE),
+            (&[(SSE_KMS_KEY_ID, "k")], SSE_TYPE),
+            (
+                &[
+                    (SSE_TYPE, "SSE-KMS"),
+                    (SSE_KMS_KEY_ID, "k"),
+                    (SSE_KMS_CONTEXT, "team=logs"),
+                ],
+                SSE_KMS_CONTEXT,
+            ),
+        ];
+        for (keys, named) in cases {
+            let e = store_params(ObjectStorageSecretType::S3, "s", &secret(keys))
+                .expect_err("invalid SSE");
+            assert_eq!(e.reason(), Reason::InvalidObjectStorageSecret);
+            assert!(
+                e.to_string().contains(&format!("key {named}:")),
+                "{keys:?}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_custom_ca_points_the_s3_client_at_the_mounted_bundle() {
+        let tls = ObjectStorageTlsSpec {
+            ca_name: "minio-ca".into(),
+            ca_key: None,
+        };
+        let lines = s3_lines(
+            &[("endpoint", "https://minio.storage.svc:9000")],
+            Some(&tls),
+        );
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some(r#"http: {"tls_ca_path":"/var/run/tls/storage/ca/service-ca.crt"}"#)
+        );
+        let tls = ObjectStorageTlsSpec {
+            ca_key: Some("ca.pem".into()),
+            ..tls
+        };
+        assert_eq!(ca_file(&tls), "/var/run/tls/storage/ca/ca.pem");
     }
 }

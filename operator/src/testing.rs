@@ -21,6 +21,7 @@ pub fn stack_spec(size: LokiStackSize) -> LokiStackSpec {
                 type_: ObjectStorageSecretType::S3,
                 name: "loki-s3".into(),
             },
+            tls: None,
         },
         storage_class_name: Some("standard".into()),
         replication: None,

@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::api::{
-    LokiStack, LokiStackSpec, ZoneSpec, MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW,
-    MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN, RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG,
-    RULE_UNIQUE_KEYS_MSG,
+    LokiStack, LokiStackSpec, ObjectStorageSecretType, ZoneSpec, MAX_REPLICAS,
+    MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN,
+    RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
 };
 use crate::defaults::{effective, Component, EffectiveStack};
 use crate::names::MAX_STACK_NAME_LEN;
@@ -198,6 +198,9 @@ fn storage(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
             "spec.storage.secret.name",
             "must name the object storage Secret",
         ));
+    }
+    if spec.storage.tls.is_some() && spec.storage.secret.type_ != ObjectStorageSecretType::S3 {
+        errors.push(err("spec.storage.tls", RULE_TLS_S3_MSG));
     }
     let mut dates = BTreeSet::new();
     for (i, s) in spec.storage.schemas.iter().enumerate() {
