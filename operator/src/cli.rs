@@ -218,7 +218,7 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
     if let Some(nodes_file) = &req.nodes_file {
         let nodes = parse_nodes(nodes_file, &read(nodes_file)?)?;
         if eff.zone_aware() {
-            let check = zones::check(&eff, &nodes);
+            let check = zones::check(&eff, &nodes, &[]);
             let text = zone_report(&check);
             if check.verdict.is_degraded() {
                 return Err(CliError::Degraded { report: text });

@@ -78,6 +78,24 @@ impl Component {
         format!("{stack}-{}", self.name())
     }
 
+    /// Whether `claim` is one of the PersistentVolumeClaims the StatefulSet of this
+    /// component creates for the stack: `<volume>-<stack>-<component>-<ordinal>`. The
+    /// ordinal must be all digits, so stack `a` never claims what stack `a-ingester` has.
+    pub fn owns_claim(self, stack: &str, claim: &str) -> bool {
+        if self.kind() != WorkloadKind::StatefulSet {
+            return false;
+        }
+        let workload = self.workload_name(stack);
+        [names::PVC_STORAGE, names::PVC_WAL].iter().any(|v| {
+            claim
+                .strip_prefix(v)
+                .and_then(|r| r.strip_prefix('-'))
+                .and_then(|r| r.strip_prefix(workload.as_str()))
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+    }
+
     pub fn http_service_name(self, stack: &str) -> String {
         format!("{stack}-{}-http", self.name())
     }
@@ -390,5 +408,22 @@ mod tests {
         ];
         let s = effective(&spec).schemas;
         assert_eq!(s[0].effective_date, "2022-01-01");
+    }
+
+    #[test]
+    fn a_stack_owns_exactly_its_statefulsets_claims() {
+        let owns =
+            |stack: &str, claim: &str| Component::ALL.iter().any(|c| c.owns_claim(stack, claim));
+        assert!(owns("s", "storage-s-ingester-0"));
+        assert!(owns("s", "wal-s-ingester-12"));
+        assert!(owns("s", "storage-s-compactor-0"));
+        assert!(owns("s", "storage-s-index-gateway-1"));
+        assert!(!owns("s", "storage-s-querier-0"), "queriers have no claims");
+        assert!(!owns("s", "storage-s-ingester-"));
+        assert!(!owns("s", "storage-s-ingester-0x"));
+        assert!(!owns("s", "data-s-ingester-0"));
+        // Another stack whose name extends this one's.
+        assert!(!owns("s", "storage-s-ingester-ingester-0"));
+        assert!(owns("s-ingester", "storage-s-ingester-ingester-0"));
     }
 }

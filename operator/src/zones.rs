@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Taint, Toleration};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::conditions::Reason;
@@ -46,6 +46,44 @@ pub fn zone_of<'a>(
         }
     }
     Ok(parts.join(names::ZONE_VALUES_SEPARATOR))
+}
+
+/// The zone a PersistentVolume is pinned to: the values its required node affinity gives
+/// `keys`, where every term (they are alternatives) fixes each key to the same single
+/// value with `In`; else its own topology labels (how older in-tree provisioners marked a
+/// volume's zone).
+pub fn volume_zone(pv: &PersistentVolume, keys: &[String]) -> Option<String> {
+    let keys = || keys.iter().map(String::as_str);
+    let terms = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    let term_zone = |term: &k8s_openapi::api::core::v1::NodeSelectorTerm| {
+        let fixed: BTreeMap<String, String> = term
+            .match_expressions
+            .iter()
+            .flatten()
+            .filter(|e| e.operator == "In")
+            .filter_map(|e| match e.values.as_deref() {
+                Some([v]) => Some((e.key.clone(), v.clone())),
+                _ => None,
+            })
+            .collect();
+        zone_of(Some(&fixed), keys()).ok()
+    };
+    let mut zones = terms.iter().map(term_zone);
+    let from_affinity = match zones.next() {
+        Some(Some(first)) => zones.all(|z| z.as_ref() == Some(&first)).then_some(first),
+        _ => None,
+    };
+    match (terms.is_empty(), from_affinity) {
+        (_, Some(zone)) => Some(zone),
+        (true, None) => zone_of(pv.metadata.labels.as_ref(), keys()).ok(),
+        (false, None) => None,
+    }
 }
 
 /// Why a node does not count as a zone member for a stack.
@@ -206,8 +244,11 @@ pub const OUTAGE_TAINTS: [&str; 4] = [
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnavailableZone {
     pub zone: String,
-    /// Its nodes, with why each is down.
+    /// Its nodes, with why each is down; empty when every node of the zone is gone and
+    /// only the stack's volumes keep it known.
     pub nodes: Vec<(String, Ineligible)>,
+    /// The stack's claims whose volumes are pinned to the zone, sorted.
+    pub claims: Vec<String>,
     /// When the last of its nodes went down, where the node says.
     pub since: Option<Timestamp>,
 }
@@ -216,9 +257,10 @@ pub struct UnavailableZone {
 pub struct ZoneCheck {
     pub keys: Vec<String>,
     pub factor: i32,
-    /// Known zones: those of every node an ingester could run on when healthy, sorted.
-    /// A zone stays known during an outage, so the replication factor is checked against
-    /// the cluster's layout, not against what is up right now.
+    /// Known zones: those of every node an ingester could run on when healthy, and those
+    /// the stack's volumes are pinned to, sorted. A zone stays known during an outage,
+    /// even once its nodes are deleted (an autoscaler removing them), so the replication
+    /// factor is checked against the cluster's layout, not against what is up right now.
     pub zones: BTreeSet<String>,
     /// Known zones with at least one node that can run pods now.
     pub available: BTreeSet<String>,
@@ -256,7 +298,12 @@ pub fn zone_failures_tolerated(factor: i32, zones: usize) -> i32 {
 ///
 /// Eligibility follows the ingester, the component whose replicas hold the copies of a
 /// stream: its node selector and tolerations decide which nodes can hold a copy.
-pub fn check<'a>(stack: &EffectiveStack, nodes: impl IntoIterator<Item = &'a Node>) -> ZoneCheck {
+/// `volumes` are the stack's bound PersistentVolumes: data lives in their zones.
+pub fn check<'a>(
+    stack: &EffectiveStack,
+    nodes: impl IntoIterator<Item = &'a Node>,
+    volumes: impl IntoIterator<Item = &'a PersistentVolume>,
+) -> ZoneCheck {
     let keys: Vec<String> = stack.zones.iter().map(|z| z.topology_key.clone()).collect();
     let (selector, tolerations) = stack
         .component(Component::Ingester)
@@ -265,6 +312,9 @@ pub fn check<'a>(stack: &EffectiveStack, nodes: impl IntoIterator<Item = &'a Nod
     let mut seen = Seen::default();
     for node in nodes {
         seen.add(node, &keys, &selector, &tolerations);
+    }
+    for pv in volumes {
+        seen.add_volume(pv, &keys);
     }
     seen.ineligible.sort_by(|a, b| a.0.cmp(&b.0));
     let factor = stack.replication_factor;
@@ -280,7 +330,7 @@ pub fn check<'a>(stack: &EffectiveStack, nodes: impl IntoIterator<Item = &'a Nod
     } else {
         ZoneVerdict::Ok
     };
-    let unavailable = unavailable_zones(&seen.zones, &seen.available, seen.down);
+    let unavailable = unavailable_zones(&seen.zones, &seen.available, seen.down, seen.claims);
     ZoneCheck {
         keys,
         factor,
@@ -305,9 +355,25 @@ struct Seen {
     down: DownNodes,
     ineligible: Vec<(String, Ineligible)>,
     empty_on_schedulable: bool,
+    /// Per zone, the stack's claims whose volumes are pinned there.
+    claims: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Seen {
+    fn add_volume(&mut self, pv: &PersistentVolume, keys: &[String]) {
+        let Some(zone) = volume_zone(pv, keys) else {
+            return;
+        };
+        let claim = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .and_then(|c| c.name.clone())
+            .unwrap_or_else(|| pv.metadata.name.clone().unwrap_or_default());
+        self.zones.insert(zone.clone());
+        self.claims.entry(zone).or_default().insert(claim);
+    }
+
     fn add(
         &mut self,
         node: &Node,
@@ -354,6 +420,7 @@ fn unavailable_zones(
     known: &BTreeSet<String>,
     available: &BTreeSet<String>,
     mut down: DownNodes,
+    mut claims: BTreeMap<String, BTreeSet<String>>,
 ) -> Vec<UnavailableZone> {
     known
         .difference(available)
@@ -364,6 +431,11 @@ fn unavailable_zones(
             UnavailableZone {
                 zone: zone.clone(),
                 nodes: nodes.into_iter().map(|(n, why, _)| (n, why)).collect(),
+                claims: claims
+                    .remove(zone)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect(),
                 since,
             }
         })
@@ -525,7 +597,7 @@ mod tests {
         ];
         let all = ["a", "b", "c", "d"];
         for (rf, z, quorum, tolerated, verdict) in cases {
-            let c = check(&stack(rf, &[ZONE]), &nodes_in(&all[..z]));
+            let c = check(&stack(rf, &[ZONE]), &nodes_in(&all[..z]), &[]);
             assert_eq!(c.write_quorum, quorum, "RF {rf} zones {z}");
             assert_eq!(c.zone_failures_tolerated, tolerated, "RF {rf} zones {z}");
             assert_eq!(c.verdict, verdict, "RF {rf} zones {z}");
@@ -535,7 +607,7 @@ mod tests {
 
     #[test]
     fn insufficient_message_names_zones_and_factor() {
-        let c = check(&stack(3, &[ZONE]), &nodes_in(&["a", "b", "a"]));
+        let c = check(&stack(3, &[ZONE]), &nodes_in(&["a", "b", "a"]), &[]);
         assert_eq!(c.verdict, ZoneVerdict::ZonesInsufficient);
         let m = c.message();
         assert!(m.contains("replication factor 3"), "{m}");
@@ -546,7 +618,7 @@ mod tests {
     fn nodes_missing_the_key_are_ineligible_and_named() {
         let mut nodes = nodes_in(&["a", "b"]);
         nodes.push(node("bare", &[]));
-        let c = check(&stack(2, &[ZONE]), &nodes);
+        let c = check(&stack(2, &[ZONE]), &nodes, &[]);
         assert_eq!(c.zones.len(), 2);
         assert_eq!(
             c.ineligible,
@@ -556,7 +628,7 @@ mod tests {
             )]
         );
         // Only nodes without any key: ZoneLabelMissing, with the nodes named.
-        let c = check(&stack(2, &[ZONE]), &[node("x", &[]), node("y", &[])]);
+        let c = check(&stack(2, &[ZONE]), &[node("x", &[]), node("y", &[])], &[]);
         assert_eq!(c.verdict, ZoneVerdict::ZoneLabelMissing);
         assert!(c
             .message()
@@ -567,7 +639,7 @@ mod tests {
     fn empty_value_on_a_schedulable_node_degrades_and_is_named() {
         let mut nodes = nodes_in(&["a", "b", "c"]);
         nodes.push(node("blank", &[(ZONE, "")]));
-        let c = check(&stack(2, &[ZONE]), &nodes);
+        let c = check(&stack(2, &[ZONE]), &nodes, &[]);
         assert_eq!(c.verdict, ZoneVerdict::ZoneLabelEmpty);
         assert!(c
             .message()
@@ -575,7 +647,7 @@ mod tests {
         // The same node cordoned cannot receive pods: it no longer degrades the stack.
         let last = nodes.last_mut().expect("node");
         last.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
-        let c = check(&stack(2, &[ZONE]), &nodes);
+        let c = check(&stack(2, &[ZONE]), &nodes, &[]);
         assert_eq!(c.verdict, ZoneVerdict::NoZoneFailureTolerance);
         assert_eq!(
             c.ineligible,
@@ -605,7 +677,7 @@ mod tests {
             effect: "PreferNoSchedule".into(),
             ..Default::default()
         }]);
-        let c = check(&stack(2, &[ZONE]), &nodes);
+        let c = check(&stack(2, &[ZONE]), &nodes, &[]);
         // An outage is not a smaller cluster: the factor is checked against known zones.
         assert_eq!(c.zones.len(), 4);
         assert_eq!(c.available.iter().collect::<Vec<_>>(), vec!["d"]);
@@ -645,7 +717,7 @@ mod tests {
             }]),
             ..Default::default()
         });
-        let c = check(&stack(3, &[ZONE]), &nodes);
+        let c = check(&stack(3, &[ZONE]), &nodes, &[]);
         assert_eq!(
             c.verdict,
             ZoneVerdict::Ok,
@@ -655,7 +727,7 @@ mod tests {
         assert_eq!(c.unavailable[0].since, Some(since));
         assert!(c.write_quorum_met());
         nodes[1].status = nodes[2].status.clone();
-        let c = check(&stack(3, &[ZONE]), &nodes);
+        let c = check(&stack(3, &[ZONE]), &nodes, &[]);
         assert_eq!(c.unavailable.len(), 2);
         assert!(!c.write_quorum_met());
     }
@@ -687,7 +759,7 @@ mod tests {
         }]);
         let b = node("b", &[(ZONE, "b"), ("pool", "loki")]);
         let c_other_pool = node("c", &[(ZONE, "c")]);
-        let c = check(&s, &[a, b, c_other_pool]);
+        let c = check(&s, &[a, b, c_other_pool], &[]);
         assert_eq!(c.zones.len(), 2);
         assert_eq!(c.ineligible, vec![("c".into(), Ineligible::NodeSelector)]);
     }
@@ -733,7 +805,7 @@ mod tests {
             node("n2", &[(ZONE, "a"), (RACK, "b_c")]),
             node("n3", &[(ZONE, "x"), (RACK, "1")]),
         ];
-        let c = check(&stack(2, &keys), &nodes);
+        let c = check(&stack(2, &keys), &nodes, &[]);
         assert_eq!(c.zones.iter().collect::<Vec<_>>(), vec!["a_b_c", "x_1"]);
         let labels: BTreeMap<String, String> = [
             (RACK.to_string(), "r1".to_string()),
@@ -753,5 +825,90 @@ mod tests {
         let names: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
         assert_eq!(name_list(&names), "n0, n1, n2, n3, n4 and 3 more");
         assert_eq!(name_list(&names[..2]), "n0, n1");
+    }
+
+    fn volume(
+        claim: &str,
+        terms: serde_json::Value,
+        labels: serde_json::Value,
+    ) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("pv-{claim}"), "labels": labels},
+            "spec": {
+                "claimRef": {"namespace": "ns", "name": claim},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": terms}},
+            },
+        }))
+        .expect("pv")
+    }
+
+    fn pinned(claim: &str, zone: &str) -> PersistentVolume {
+        let terms = serde_json::json!([{"matchExpressions": [{"key": ZONE, "operator": "In", "values": [zone]}]}]);
+        volume(claim, terms, serde_json::json!({}))
+    }
+
+    #[test]
+    fn a_zone_whose_nodes_were_deleted_stays_known_through_the_stacks_volumes() {
+        let volumes = [
+            pinned("storage-s-ingester-2", "c"),
+            pinned("wal-s-ingester-2", "c"),
+            pinned("storage-s-ingester-0", "a"),
+        ];
+        let c = check(&stack(3, &[ZONE]), &nodes_in(&["a", "b"]), &volumes);
+        assert_eq!(c.verdict, ZoneVerdict::Ok, "{}", c.message());
+        assert_eq!(
+            c.zones,
+            BTreeSet::from(["a".into(), "b".into(), "c".into()])
+        );
+        assert_eq!(c.zone_failures_tolerated, 1);
+        assert_eq!(c.available, BTreeSet::from(["a".into(), "b".into()]));
+        let [u] = c.unavailable.as_slice() else {
+            panic!("one unavailable zone: {:?}", c.unavailable)
+        };
+        assert_eq!(u.zone, "c");
+        assert!(u.nodes.is_empty());
+        assert_eq!(u.claims, ["storage-s-ingester-2", "wal-s-ingester-2"]);
+        assert!(c.write_quorum_met());
+        // Without the volumes, the same nodes mean too few zones.
+        let bare = check(&stack(3, &[ZONE]), &nodes_in(&["a", "b"]), &[]);
+        assert_eq!(bare.verdict, ZoneVerdict::ZonesInsufficient);
+    }
+
+    #[test]
+    fn a_volumes_zone_comes_from_its_node_affinity_else_its_labels() {
+        let keys = [ZONE.to_string(), "rack".to_string()];
+        let both = serde_json::json!([{"matchExpressions": [
+            {"key": ZONE, "operator": "In", "values": ["b"]},
+            {"key": "rack", "operator": "In", "values": ["r1"]},
+        ]}]);
+        let pv = volume("c", both, serde_json::json!({}));
+        assert_eq!(volume_zone(&pv, &keys).as_deref(), Some("b_r1"));
+        assert_eq!(volume_zone(&pv, &keys[..1]).as_deref(), Some("b"));
+        // Terms are alternatives: pinned only where every term agrees.
+        let agree = serde_json::json!([
+            {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["b"]}]},
+            {"matchExpressions": [
+                {"key": ZONE, "operator": "In", "values": ["b"]},
+                {"key": "rack", "operator": "In", "values": ["r1"]},
+            ]},
+        ]);
+        let pv = volume("c", agree, serde_json::json!({}));
+        assert_eq!(volume_zone(&pv, &keys[..1]).as_deref(), Some("b"));
+        assert_eq!(
+            volume_zone(&pv, &keys),
+            None,
+            "the first term leaves the rack open"
+        );
+        let two_zones = serde_json::json!([{"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["a", "b"]}]}]);
+        let pv = volume("c", two_zones, serde_json::json!({ZONE: "a"}));
+        assert_eq!(
+            volume_zone(&pv, &keys[..1]),
+            None,
+            "the affinity wins over labels"
+        );
+        let labelled = volume("c", serde_json::json!([]), serde_json::json!({ZONE: "z"}));
+        assert_eq!(volume_zone(&labelled, &keys[..1]).as_deref(), Some("z"));
+        let anywhere = volume("c", serde_json::json!([]), serde_json::json!({}));
+        assert_eq!(volume_zone(&anywhere, &keys[..1]), None);
     }
 }

@@ -12,7 +12,10 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Pod, PodSpec, PodStatus, Secret};
+use k8s_openapi::api::core::v1::{
+    Node, NodeSpec, NodeStatus, ObjectReference, PersistentVolume, PersistentVolumeSpec, Pod,
+    PodSpec, PodStatus, Secret,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::ByteString;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
@@ -55,6 +58,8 @@ pub struct Caches {
     pub secrets: Store<Secret>,
     /// StorageClasses: name, default annotation and binding mode.
     pub storage_classes: Store<StorageClass>,
+    /// PersistentVolumes: the claim each is bound to and the zone it is pinned to.
+    pub volumes: Store<PersistentVolume>,
     /// Pods labelled `loki.grafana.com/zone-aware=enabled`.
     pub zone_aware_pods: Store<Pod>,
     /// The other pods of stacks (label `app.kubernetes.io/name=lokistack`).
@@ -82,6 +87,7 @@ impl Caches {
             & synced("nodes", &self.nodes).await
             & synced("secrets", &self.secrets).await
             & synced("storage classes", &self.storage_classes).await
+            & synced("persistent volumes", &self.volumes).await
             & synced("zone-aware pods", &self.zone_aware_pods).await
             & synced("pods", &self.other_pods).await;
         for (kind, _, s) in &self.children {
@@ -267,12 +273,14 @@ pub fn start(
     let (nodes, node_task) = watch_nodes(client, stacks.clone(), &triggers);
     let (secrets, secret_task) = watch_secrets(client, stacks.clone(), &triggers);
     let (storage_classes, class_task) = watch_storage_classes(client, stacks.clone(), &triggers);
+    let (volumes, volume_task) = watch_volumes(client, stacks.clone(), &triggers);
     let (zone_aware_pods, zone_aware_task) = watch_pods(client, &triggers, true);
     let (other_pods, other_task) = watch_pods(client, &triggers, false);
     let mut tasks = vec![
         node_task,
         secret_task,
         class_task,
+        volume_task,
         zone_aware_task,
         other_task,
     ];
@@ -288,6 +296,7 @@ pub fn start(
         nodes,
         secrets,
         storage_classes,
+        volumes,
         zone_aware_pods,
         other_pods,
         children,
@@ -395,6 +404,55 @@ pub fn strip_storage_class(c: &mut StorageClass) {
     if let Some(a) = c.metadata.annotations.as_mut() {
         a.retain(|k, _| k.contains("is-default-class"));
     }
+}
+
+/// PersistentVolumes: a volume bound, released or deleted re-runs the zone-aware stacks
+/// of its claim's namespace (a volume keeps its zone known to the stack).
+fn watch_volumes(
+    client: &Client,
+    stacks: Store<DynamicObject>,
+    triggers: &Triggers,
+) -> (Store<PersistentVolume>, JoinHandle<()>) {
+    let stack_tx = triggers.stacks.clone();
+    spawn_typed(
+        Api::<PersistentVolume>::all(client.clone()),
+        watcher::Config::default(),
+        strip_volume,
+        move |ev| {
+            let (watcher::Event::Apply(pv) | watcher::Event::Delete(pv)) = ev else {
+                return;
+            };
+            let Some(ns) = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|c| c.namespace.clone())
+            else {
+                return;
+            };
+            let of_ns = |s: &DynamicObject| s.metadata.namespace.as_deref() == Some(ns.as_str());
+            for r in stack_refs(&stacks, of_ns) {
+                let _ = stack_tx.send(r);
+            }
+        },
+    )
+}
+
+/// Keeps the labels, the claim reference and the node affinity: what places the volume.
+pub fn strip_volume(pv: &mut PersistentVolume) {
+    strip_meta(&mut pv.metadata);
+    pv.metadata.annotations = None;
+    let spec = pv.spec.take().unwrap_or_default();
+    pv.spec = Some(PersistentVolumeSpec {
+        claim_ref: spec.claim_ref.map(|c| ObjectReference {
+            namespace: c.namespace,
+            name: c.name,
+            ..Default::default()
+        }),
+        node_affinity: spec.node_affinity,
+        ..Default::default()
+    });
+    pv.status = None;
 }
 
 /// Pods are cached once, in one of two stores split by label: zone-aware pods (every pod

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
@@ -14,7 +14,7 @@ use kube::ResourceExt;
 use crate::api::LokiStack;
 use crate::controller::caches::Caches;
 use crate::controller::podzone::node_name;
-use crate::defaults::zone_aware;
+use crate::defaults::{zone_aware, Component};
 use crate::kinds::ChildKind;
 use crate::names;
 
@@ -36,6 +36,8 @@ pub struct Snapshot {
     pub storage_class: Option<Arc<StorageClass>>,
     /// Every node, for a zone-aware stack (its zone check counts them all); else empty.
     pub nodes: Vec<Arc<Node>>,
+    /// The volumes bound to the stack's claims, for a zone-aware stack; else empty.
+    pub volumes: Vec<Arc<PersistentVolume>>,
     /// The stack's pods (by instance label), sorted by name.
     pub pods: Vec<Arc<Pod>>,
     /// The nodes the stack's pods are bound to, by name.
@@ -63,10 +65,13 @@ impl Snapshot {
                 .into_iter()
                 .find(|c| crate::volumes::is_default(c)),
         };
-        let nodes = if zone_aware(&stack.spec) {
-            caches.nodes.state()
+        let (nodes, volumes) = if zone_aware(&stack.spec) {
+            (
+                caches.nodes.state(),
+                stack_volumes(caches, &namespace, &name),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let mut pods = caches.stack_pods(&namespace, &name);
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -86,6 +91,7 @@ impl Snapshot {
             secret,
             storage_class,
             nodes,
+            volumes,
             pods,
             pod_nodes,
             children,
@@ -99,6 +105,21 @@ impl Snapshot {
     pub fn pod_refs(&self) -> Vec<&Pod> {
         self.pods.iter().map(AsRef::as_ref).collect()
     }
+}
+
+/// The volumes bound to claims of the stack's StatefulSets, found by the claim each
+/// volume names (volumes carry no labels of their claim).
+fn stack_volumes(caches: &Caches, namespace: &str, stack: &str) -> Vec<Arc<PersistentVolume>> {
+    let mut out = caches.volumes.state_filter(|pv| {
+        pv.spec
+            .as_ref()
+            .and_then(|s| s.claim_ref.as_ref())
+            .filter(|c| c.namespace.as_deref() == Some(namespace))
+            .and_then(|c| c.name.as_deref())
+            .is_some_and(|claim| Component::ALL.iter().any(|c| c.owns_claim(stack, claim)))
+    });
+    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out
 }
 
 fn owned_children(

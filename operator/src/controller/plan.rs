@@ -111,9 +111,13 @@ pub fn plan(
             snapshot.storage_class.as_deref(),
             eff.zone_aware(),
         ),
-        zone: eff
-            .zone_aware()
-            .then(|| zones::check(&eff, snapshot.nodes.iter().map(AsRef::as_ref))),
+        zone: eff.zone_aware().then(|| {
+            zones::check(
+                &eff,
+                snapshot.nodes.iter().map(AsRef::as_ref),
+                snapshot.volumes.iter().map(AsRef::as_ref),
+            )
+        }),
     };
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
         eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();

@@ -281,10 +281,19 @@ fn zone_unavailable(plan: &Plan, snapshot: &Snapshot) -> Option<(Reason, String)
             } else {
                 format!("the stack's pods there: {}", name_list(&pods))
             };
+            let nodes = if nodes.is_empty() {
+                "no node is left".to_string()
+            } else {
+                format!("nodes {}", name_list(&nodes))
+            };
+            let claims = if u.claims.is_empty() {
+                String::new()
+            } else {
+                format!("; volumes pinned there: {}", name_list(&u.claims))
+            };
             format!(
-                "zone {} is unavailable{since}: nodes {}; {pods}",
-                u.zone,
-                name_list(&nodes)
+                "zone {} is unavailable{since}: {nodes}; {pods}{claims}",
+                u.zone
             )
         })
         .collect();
@@ -741,7 +750,7 @@ mod tests {
             node("b", &[(ZONE, "b")]),
             node("c", &[(ZONE, "c")]),
         ];
-        let plan = plan_with(&s, Some(check(&eff, &nodes)));
+        let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
         let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
@@ -780,7 +789,7 @@ mod tests {
         });
         let eff = effective(&s.spec);
         let nodes = [node("a", &[(ZONE, "a")]), node("b", &[(ZONE, "b")])];
-        let plan = plan_with(&s, Some(check(&eff, &nodes)));
+        let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
         let st = compute(&s, &snap, &plan, &Outcome::HeldBack, Timestamp::UNIX_EPOCH);
         assert_eq!(st.observed_generation, Some(1));
@@ -926,7 +935,7 @@ mod tests {
                 pods.push(Arc::new(p));
             }
         }
-        let plan = plan_with(&s, Some(check(&eff, &nodes)));
+        let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = Snapshot {
             pod_nodes: nodes
                 .iter()
