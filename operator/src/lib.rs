@@ -23,6 +23,8 @@ pub mod waitzone;
 pub mod zones;
 
 #[cfg(test)]
+mod config_reference_tests;
+#[cfg(test)]
 mod render_tests;
 #[cfg(test)]
 pub(crate) mod testing;
