@@ -390,7 +390,8 @@ fn all_limits() -> LimitsSpec {
 /// Stacks whose configs between them render every key the templates can render: each
 /// size, zone setting and storage type, with the ruler, with and without limits, with
 /// the default schema and with older schemas (boltdb-shipper), and for S3 also with an
-/// endpoint read from the Secret (host, region, TLS and addressing rendered literally).
+/// endpoint read from the Secret (host, region, TLS and addressing rendered literally),
+/// and with server-side encryption and a private CA.
 fn variants() -> Vec<(String, LokiStack, EffectiveStack)> {
     let mut out = Vec::new();
     let zone_settings: [&[&str]; 3] = [&[], &[ZONE], &[ZONE, "example.com/rack"]];
@@ -441,7 +442,22 @@ fn variants() -> Vec<(String, LokiStack, EffectiveStack)> {
                                 )
                                 .expect("endpoint"),
                             );
-                            out.push((format!("{label} endpoint"), s.clone(), with_endpoint));
+                            out.push((
+                                format!("{label} endpoint"),
+                                s.clone(),
+                                with_endpoint.clone(),
+                            ));
+                            // Server-side encryption and a private CA add nested blocks.
+                            let mut encrypted = s.clone();
+                            encrypted.spec.storage.tls = Some(crate::api::ObjectStorageTlsSpec {
+                                ca_name: "ca".into(),
+                                ca_key: None,
+                            });
+                            with_endpoint.store.sse = Some(crate::storage::S3Sse::Kms {
+                                key_id: "k".into(),
+                                context: Some(r#"{"team":"logs"}"#.into()),
+                            });
+                            out.push((format!("{label} sse+ca"), encrypted, with_endpoint));
                         }
                         out.push((label, s, eff));
                     }
@@ -488,9 +504,9 @@ fn rendered_configs_use_only_keys_and_types_loki_knows() {
             checked += 1;
         }
     }
-    // 5 sizes x 3 zone settings x 5 storage types x 2 limits x 2 schema lists, S3 twice;
-    // a config.yaml and a runtime config each.
-    assert_eq!(checked, 5 * 3 * (5 + 1) * 2 * 2 * 2);
+    // 5 sizes x 3 zone settings x 5 storage types x 2 limits x 2 schema lists, S3 three
+    // times; a config.yaml and a runtime config each.
+    assert_eq!(checked, 5 * 3 * (5 + 2) * 2 * 2 * 2);
     let list: Vec<String> = found
         .iter()
         .map(|((file, m), (first, n))| {
