@@ -27,8 +27,10 @@ use serde_json::{json, Value};
 #[path = "e2e/outage.rs"]
 mod outage;
 use outage::{
-    one_zone_down_keeps_the_stack_ready, two_zones_down_lose_write_quorum,
-    zone_goes_dark_the_way_nodes_fail, zones_come_back_and_tolerance_is_restored,
+    a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
+    compactor_is_moved_out_of_a_lost_zone_when_opted_in, one_zone_down_keeps_the_stack_ready,
+    two_zones_down_lose_write_quorum, zone_goes_dark_the_way_nodes_fail,
+    zones_come_back_and_tolerance_is_restored,
 };
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -1462,6 +1464,8 @@ fn main() -> std::process::ExitCode {
         one_zone_down_keeps_the_stack_ready,
         two_zones_down_lose_write_quorum,
         zones_come_back_and_tolerance_is_restored,
+        a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
+        compactor_is_moved_out_of_a_lost_zone_when_opted_in,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

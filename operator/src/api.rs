@@ -275,6 +275,26 @@ pub struct ReplicationSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["topologyKey"]))]
     #[x_kube(validation = Rule::new(RULE_UNIQUE_KEYS).message(RULE_UNIQUE_KEYS_MSG))]
     pub zones: Vec<ZoneSpec>,
+
+    /// What the operator may do by itself when a zone is lost. Off unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_outage: Option<ZoneOutageSpec>,
+}
+
+/// Opt-in recovery from a zone outage.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneOutageSpec {
+    /// Once a zone has been unavailable this long (for example `15m`), the pods of the
+    /// compactor, index gateway and ruler stranded there are moved to an available zone:
+    /// the operator deletes their claims in the lost zone, force-deletes the pods and
+    /// their StatefulSets recreate them elsewhere. Their state lives in object storage;
+    /// only a local cache (for the ruler, results not yet written) is lost. Ingesters are
+    /// never moved. Needs the optional zone-outage-recovery RBAC component; without it
+    /// the Warning condition lists the commands to run. Unset: nothing is moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]{1,6}(s|m|h)$"))]
+    pub recover_after: Option<String>,
 }
 
 /// One failure-domain label.

@@ -353,6 +353,7 @@ mod tests {
         spec.replication = Some(crate::api::ReplicationSpec {
             factor: Some(1),
             zones: vec![],
+            zone_outage: None,
         });
         assert_eq!(replication_factor(&spec), 1);
         assert_eq!(replication_factor(&stack_spec(LokiStackSize::Demo)), 1);

@@ -44,6 +44,7 @@ pub fn zoned_spec(size: LokiStackSize, factor: i32, keys: &[&str]) -> LokiStackS
                 max_skew: 1,
             })
             .collect(),
+        zone_outage: None,
     });
     spec
 }

@@ -151,6 +151,14 @@ fn replication(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
             spec.replication.as_ref().and_then(|r| r.factor),
         ),
     ];
+    let recover_after = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.zone_outage.as_ref())
+        .and_then(|z| z.recover_after.as_deref());
+    if let Some(Err(e)) = recover_after.map(crate::waitzone::parse_duration) {
+        errors.push(err("spec.replication.zoneOutage.recoverAfter", e));
+    }
     for (field, factor) in factors {
         if let Some(f) = factor.filter(|f| !(1..=MAX_REPLICATION_FACTOR).contains(f)) {
             errors.push(err(
@@ -261,6 +269,7 @@ mod tests {
                 topology_key: ZONE.into(),
                 max_skew: 1,
             }],
+            zone_outage: None,
         });
         assert_eq!(validate(&spec), Ok(()));
     }
@@ -289,6 +298,7 @@ mod tests {
                     max_skew: 1,
                 },
             ],
+            zone_outage: None,
         });
         let Err(InvalidSpec(errors)) = validate(&spec) else {
             panic!("expected errors")
@@ -317,6 +327,7 @@ mod tests {
                 topology_key: ZONE.into(),
                 max_skew: 101,
             }],
+            zone_outage: None,
         });
         spec.storage.schemas = vec![crate::api::ObjectStorageSchema {
             version: crate::api::ObjectStorageSchemaVersion::V13,
@@ -348,6 +359,7 @@ mod tests {
         spec.replication = Some(ReplicationSpec {
             factor: Some(5),
             zones: vec![],
+            zone_outage: None,
         });
         let e =
             validate_stack(&crate::testing::stack("s", spec)).expect_err("5 copies, 3 ingesters");

@@ -751,3 +751,175 @@ pub(super) async fn zones_come_back_and_tolerance_is_restored(env: &mut Env) -> 
     );
     Ok(())
 }
+
+/// (e) A lost zone's nodes are deleted, as a cluster autoscaler removes nodes that stopped
+/// reporting, while the stack's volumes are still pinned there. The zone stays known
+/// through those volumes: no `ZonesInsufficient`, Ready holds, and `ZoneUnavailable` says
+/// no node is left and names the pinned claims. When nodes of the zone register again
+/// (same names, as a replaced node pool would), the stack recovers by itself.
+pub(super) async fn a_lost_zones_nodes_deleted_while_volumes_are_pinned_there(
+    env: &mut Env,
+) -> Result<()> {
+    outage_stack(env).await?;
+    let ready_before = ready_stacks(env).await?;
+    let pinned_claim = format!("storage-{OUTAGE_STACK}-ingester-");
+    let dark_nodes = zones_down(env, &["zone-c"]).await?;
+    let outage = async {
+        wait_unreachable(env, &dark_nodes).await?;
+        for n in &dark_nodes {
+            env.sim.delete_node(n).await?;
+        }
+        wait_status(env, "zone-c known through its volumes only", |s| {
+            let r = &s["replication"];
+            ensure!(
+                strings(&r["zones"]) == ZONES,
+                "zones does not list all three"
+            );
+            ensure!(
+                strings(&r["zonesAvailable"]) == ["zone-a", "zone-b"],
+                "zonesAvailable is not [zone-a, zone-b]"
+            );
+            let d = raw_condition(s, "Degraded").context("no Degraded condition")?;
+            ensure!(d["status"] == "False", "Degraded: {}", d["reason"]);
+            ensure!(is_ready_stack(s), "not Ready");
+            let w = raw_condition(s, "Warning").context("no Warning condition")?;
+            ensure!(
+                w["reason"] == "ZoneUnavailable",
+                "Warning is not ZoneUnavailable"
+            );
+            let msg = w["message"].as_str().unwrap_or_default();
+            ensure!(
+                msg.contains("zone zone-c is unavailable") && msg.contains("no node is left"),
+                "the Warning does not say zone-c has no node left"
+            );
+            ensure!(
+                msg.contains(&pinned_claim),
+                "the Warning names no claim {pinned_claim}*"
+            );
+            Ok(())
+        })
+        .await
+    }
+    .await;
+    for n in &dark_nodes {
+        env.sim
+            .create_node(
+                n,
+                &[
+                    (ZONE, "zone-c"),
+                    (loki_zone_operator_tests::nodesim::REGION, "e2e-region"),
+                ],
+            )
+            .await?;
+    }
+    let back = restore(env, &["zone-c"], &ready_before).await;
+    outage?;
+    back
+}
+
+/// The optional RBAC component of `manifests/components/zone-outage-recovery`, bound to
+/// the operator's ServiceAccount as its kustomization binds it.
+async fn grant_recovery_rights(env: &Env, grant: bool) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let dir =
+        loki_zone_operator_tests::repo_root().join("manifests/components/zone-outage-recovery");
+    let role: ClusterRole =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(dir.join("cluster_role.yaml"))?)?;
+    let mut binding: ClusterRoleBinding = serde_yaml_ng::from_str(&std::fs::read_to_string(
+        dir.join("cluster_role_binding.yaml"),
+    )?)?;
+    for s in binding.subjects.iter_mut().flatten() {
+        s.namespace = Some(loki_zone_operator_tests::operator::NAMESPACE.into());
+    }
+    let roles: Api<ClusterRole> = Api::all(env.admin.clone());
+    let bindings: Api<ClusterRoleBinding> = Api::all(env.admin.clone());
+    let (role_name, binding_name) = (role.name_any(), binding.name_any());
+    if grant {
+        roles.create(&PostParams::default(), &role).await?;
+        bindings.create(&PostParams::default(), &binding).await?;
+    } else {
+        bindings.delete(&binding_name, &Default::default()).await?;
+        roles.delete(&role_name, &Default::default()).await?;
+    }
+    Ok(())
+}
+
+/// (d) The opt-in recovery moves the compactor out of a lost zone. The zone that holds
+/// the compactor goes dark under a stack with `zoneOutage.recoverAfter`; without the
+/// optional delete rights, the Warning says the pod could not be moved and gives the
+/// runbook's commands; once the zone-outage-recovery component is installed, the
+/// operator deletes the compactor's claims and pod, and the compactor runs Ready in an
+/// available zone while the zone is still dark. Ingesters stay where they are.
+pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
+    env: &mut Env,
+) -> Result<()> {
+    outage_stack(env).await?;
+    let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+    let opt_in = json!({"spec": {"replication": {"zoneOutage": {"recoverAfter": "5s"}}}});
+    api.patch(
+        OUTAGE_STACK,
+        &PatchParams::default(),
+        &Patch::Merge(&opt_in),
+    )
+    .await?;
+    let ready_before = ready_stacks(env).await?;
+    let compactor = format!("{OUTAGE_STACK}-compactor-0");
+    let before = stack_pods(env).await?;
+    let (_, lost_zone, _, _) = before
+        .get(&compactor)
+        .cloned()
+        .with_context(|| format!("no {compactor}: {before:?}"))?;
+    let ingesters: BTreeMap<String, String> = before
+        .iter()
+        .filter(|(_, (_, _, c, _))| c == "ingester")
+        .map(|(n, (_, _, _, uid))| (n.clone(), uid.clone()))
+        .collect();
+    let dark_nodes = zones_down(env, &[lost_zone.as_str()]).await?;
+    let outage = async {
+        wait_unreachable(env, &dark_nodes).await?;
+        let command = format!("kubectl -n {OUTAGE_NS} delete pvc storage-{compactor} --wait=false && kubectl -n {OUTAGE_NS} delete pod {compactor} --grace-period=0 --force");
+        wait_status(env, "the Warning gives the commands it may not run", |s| {
+            let w = raw_condition(s, "Warning").context("no Warning condition")?;
+            let msg = w["message"].as_str().unwrap_or_default();
+            ensure!(msg.contains("could not be moved"), "no \"could not be moved\"");
+            ensure!(msg.contains(&command), "the Warning lacks {command:?}");
+            Ok(())
+        })
+        .await?;
+        grant_recovery_rights(env, true).await?;
+        let pods: Api<Pod> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+        let nodes = nodes_by_name(env).await?;
+        let moved = eventually("the compactor Ready in an available zone", RECOVERY, || async {
+            let Some(p) = pods.get_opt(&compactor).await? else {
+                return Ok(None);
+            };
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            let zone = node
+                .as_ref()
+                .and_then(|n| nodes.get(n))
+                .and_then(|n| n.labels().get(ZONE).cloned());
+            Ok((is_ready(&p) && zone.as_deref().is_some_and(|z| z != lost_zone)).then_some(zone))
+        })
+        .await?;
+        println!("    compactor moved from {lost_zone} to {moved:?}");
+        let now = stack_pods(env).await?;
+        for (name, uid) in &ingesters {
+            let kept = now.get(name).is_some_and(|(_, _, _, u)| u == uid);
+            ensure!(kept, "ingester {name} was moved or replaced");
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let revoked = grant_recovery_rights(env, false).await;
+    let opt_out = json!({"spec": {"replication": {"zoneOutage": null}}});
+    api.patch(
+        OUTAGE_STACK,
+        &PatchParams::default(),
+        &Patch::Merge(&opt_out),
+    )
+    .await?;
+    let back = restore(env, &[lost_zone.as_str()], &ready_before).await;
+    outage?;
+    revoked?;
+    back
+}

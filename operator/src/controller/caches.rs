@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Node, NodeSpec, NodeStatus, ObjectReference, PersistentVolume, PersistentVolumeSpec, Pod,
-    PodSpec, PodStatus, Secret,
+    Node, NodeSpec, NodeStatus, ObjectReference, PersistentVolume, PersistentVolumeSpec,
+    PersistentVolumeStatus, Pod, PodSpec, PodStatus, Secret,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::ByteString;
@@ -438,7 +438,8 @@ fn watch_volumes(
     )
 }
 
-/// Keeps the labels, the claim reference and the node affinity: what places the volume.
+/// Keeps the labels, the claim reference, the node affinity and the phase: what places
+/// the volume and whether a claim still holds it.
 pub fn strip_volume(pv: &mut PersistentVolume) {
     strip_meta(&mut pv.metadata);
     pv.metadata.annotations = None;
@@ -452,7 +453,10 @@ pub fn strip_volume(pv: &mut PersistentVolume) {
         node_affinity: spec.node_affinity,
         ..Default::default()
     });
-    pv.status = None;
+    pv.status = pv.status.take().map(|s| PersistentVolumeStatus {
+        phase: s.phase,
+        ..Default::default()
+    });
 }
 
 /// Pods are cached once, in one of two stores split by label: zone-aware pods (every pod

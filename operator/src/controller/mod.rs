@@ -10,6 +10,7 @@ pub mod observe;
 pub mod plan;
 pub mod podzone;
 pub mod reconcile;
+pub mod recovery;
 pub mod report;
 pub mod server;
 pub mod stacks;

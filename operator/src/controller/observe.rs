@@ -108,15 +108,19 @@ impl Snapshot {
 }
 
 /// The volumes bound to claims of the stack's StatefulSets, found by the claim each
-/// volume names (volumes carry no labels of their claim).
+/// volume names (volumes carry no labels of their claim). A Released volume, whose claim
+/// was deleted, holds nothing of the stack any more.
 fn stack_volumes(caches: &Caches, namespace: &str, stack: &str) -> Vec<Arc<PersistentVolume>> {
     let mut out = caches.volumes.state_filter(|pv| {
-        pv.spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .filter(|c| c.namespace.as_deref() == Some(namespace))
-            .and_then(|c| c.name.as_deref())
-            .is_some_and(|claim| Component::ALL.iter().any(|c| c.owns_claim(stack, claim)))
+        let bound = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        bound
+            && pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .filter(|c| c.namespace.as_deref() == Some(namespace))
+                .and_then(|c| c.name.as_deref())
+                .is_some_and(|claim| Component::ALL.iter().any(|c| c.owns_claim(stack, claim)))
     });
     out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     out

@@ -25,6 +25,7 @@ use crate::controller::caches::Caches;
 use crate::controller::metrics::{Metrics, StackView};
 use crate::controller::observe::{ObserveError, Snapshot};
 use crate::controller::plan::{self, plan, Plan, PlanError};
+use crate::controller::recovery;
 use crate::controller::report;
 use crate::controller::stacks;
 use crate::controller::status::{self, Outcome};
@@ -122,11 +123,67 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Outcome, Reconcile
             message: e.to_string(),
         },
     };
-    let new = status::compute(stack, &snapshot, &plan, &outcome, Timestamp::now());
+    let now = Timestamp::now();
+    let recovered = recover(ctx, stack, &snapshot, &plan, now).await;
+    let new = status::compute(stack, &snapshot, &plan, &outcome, &recovered, now);
     report::write_status(ctx, stack, &new).await?;
     record(ctx, &snapshot, stack, &new);
     applied?;
     Ok(outcome)
+}
+
+/// The zone-outage recovery of the stack's movable pods (see `recovery.rs`): run when
+/// the stack opted in, else only listed for the condition. Every pod moved gets an Event.
+async fn recover(
+    ctx: &Context,
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    plan: &Plan,
+    now: Timestamp,
+) -> recovery::Report {
+    let Some(grace) = recovery::grace(stack) else {
+        let manual = recovery::candidates(snapshot, plan, Duration::ZERO, now)
+            .into_iter()
+            .filter(|m| m.step == recovery::Step::MoveOut)
+            .collect();
+        return recovery::Report {
+            manual,
+            ..Default::default()
+        };
+    };
+    let moves = recovery::candidates(snapshot, plan, grace, now);
+    if moves.is_empty() {
+        return recovery::Report::default();
+    }
+    let report = recovery::run(&ctx.client, &snapshot.namespace, moves).await;
+    let object = stack.object_ref(&());
+    for m in &report.moved {
+        let note = match (&m.step, &m.zone) {
+            (recovery::Step::MoveOut, Some(zone)) => format!(
+                "zone {zone} unavailable for longer than spec.replication.zoneOutage.recoverAfter: deleted the claims {} and force-deleted pod {}; its StatefulSet recreates it in an available zone",
+                m.claims.join(", "),
+                m.pod
+            ),
+            _ => format!(
+                "pod {} waited on claims that were deleted: deleted it, so its StatefulSet creates it with new claims in an available zone",
+                m.pod
+            ),
+        };
+        info!(stack = %snapshot.name, namespace = %snapshot.namespace, pod = %m.pod, "{note}");
+        report::event(ctx, &object, EventType::Normal, "ZoneOutageRecovery", note).await;
+    }
+    for (m, why) in &report.failed {
+        let note = format!("cannot move pod {} out of the lost zone: {why}", m.pod);
+        report::event(
+            ctx,
+            &object,
+            EventType::Warning,
+            "ZoneOutageRecoveryFailed",
+            note,
+        )
+        .await;
+    }
+    report
 }
 
 /// `None` when the plan holds the spec back.

@@ -16,6 +16,7 @@ use crate::conditions::{status_str, ConditionType, PodPhase, Reason};
 use crate::controller::observe::Snapshot;
 use crate::controller::plan::Plan;
 use crate::controller::podzone::{decide, PodZone};
+use crate::controller::recovery::Report;
 use crate::defaults::{Component, EffectiveStack};
 use crate::names;
 use crate::zones::{
@@ -241,6 +242,43 @@ fn quorum_lost(plan: &Plan) -> Option<(Reason, String)> {
     ))
 }
 
+/// What the zone-outage recovery did, waits for, or leaves to an admin.
+fn recovery_note(r: &Report, namespace: &str) -> String {
+    let mut out = String::new();
+    let pods = |moves: &mut dyn Iterator<Item = &crate::controller::recovery::Move>| {
+        let names: Vec<&str> = moves.map(|m| m.pod.as_str()).collect();
+        name_list(&names)
+    };
+    if !r.moved.is_empty() {
+        out += &format!(
+            " Moving out of the lost zone: {}.",
+            pods(&mut r.moved.iter())
+        );
+    }
+    if let Some(first) = r.waiting.iter().filter_map(|m| m.due).min() {
+        out += &format!(
+            " {} will be moved to an available zone at {first} (spec.replication.zoneOutage.recoverAfter).",
+            pods(&mut r.waiting.iter())
+        );
+    }
+    for (m, why) in &r.failed {
+        out += &format!(
+            " {} could not be moved: {why}: {}.",
+            m.pod,
+            m.commands(namespace)
+        );
+    }
+    if !r.manual.is_empty() {
+        let commands: Vec<String> = r.manual.iter().map(|m| m.commands(namespace)).collect();
+        out += &format!(
+            " {} hold no data of their own (it is in object storage) and can be moved to an available zone: {} (or set spec.replication.zoneOutage.recoverAfter to let the operator do it).",
+            pods(&mut r.manual.iter()),
+            commands.join("; ")
+        );
+    }
+    out
+}
+
 /// The stack's pods on the nodes of an unavailable zone.
 fn stranded(snapshot: &Snapshot, keys: &[String], zone: &str) -> Vec<String> {
     let mut out: Vec<String> = snapshot
@@ -260,7 +298,11 @@ fn stranded(snapshot: &Snapshot, keys: &[String], zone: &str) -> Vec<String> {
     out
 }
 
-fn zone_unavailable(plan: &Plan, snapshot: &Snapshot) -> Option<(Reason, String)> {
+fn zone_unavailable(
+    plan: &Plan,
+    snapshot: &Snapshot,
+    recovery: &Report,
+) -> Option<(Reason, String)> {
     let z = plan.findings.zone.as_ref()?;
     if z.unavailable.is_empty() {
         return None;
@@ -314,15 +356,23 @@ fn zone_unavailable(plan: &Plan, snapshot: &Snapshot) -> Option<(Reason, String)
     Some((
         Reason::ZoneUnavailable,
         format!(
-            "{}. {quorum}Do not lower the replication factor or restart ingesters in the available zones while it lasts; see docs/zone-failure-runbook.md.{held}",
-            zones.join("; ")
+            "{}. {quorum}Do not lower the replication factor or restart ingesters in the available zones while it lasts; see docs/zone-failure-runbook.md.{held}{}",
+            zones.join("; "),
+            recovery_note(recovery, &snapshot.namespace)
         ),
     ))
 }
 
 /// Every warning, the most pressing first: its reason becomes the condition's.
-fn warnings(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> Vec<(Reason, String)> {
-    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot).into_iter().collect();
+fn warnings(
+    plan: &Plan,
+    snapshot: &Snapshot,
+    recovery: &Report,
+    pod_zones: &PodZones,
+) -> Vec<(Reason, String)> {
+    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot, recovery)
+        .into_iter()
+        .collect();
     if let Some(f) = plan
         .findings
         .storage_class
@@ -369,6 +419,7 @@ pub fn compute(
     snapshot: &Snapshot,
     plan: &Plan,
     outcome: &Outcome,
+    recovery: &Report,
     now: Timestamp,
 ) -> LokiStackStatus {
     let previous = stack.status.clone().unwrap_or_default();
@@ -401,7 +452,7 @@ pub fn compute(
         &Counts::of(&by_component, &plan.eff, outage),
         current_applied,
         degraded,
-        &warnings(plan, snapshot, &pod_zones),
+        &warnings(plan, snapshot, recovery, &pod_zones),
     );
     LokiStackStatus {
         conditions: keep_transition_times(desired, &previous.conditions),
@@ -752,7 +803,14 @@ mod tests {
         ];
         let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
-        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        let st = compute(
+            &s,
+            &snap,
+            &plan,
+            &Outcome::Applied,
+            &Report::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
@@ -791,7 +849,14 @@ mod tests {
         let nodes = [node("a", &[(ZONE, "a")]), node("b", &[(ZONE, "b")])];
         let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
-        let st = compute(&s, &snap, &plan, &Outcome::HeldBack, Timestamp::UNIX_EPOCH);
+        let st = compute(
+            &s,
+            &snap,
+            &plan,
+            &Outcome::HeldBack,
+            &Report::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(st.observed_generation, Some(1));
         let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
@@ -807,11 +872,25 @@ mod tests {
         let s0 = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
         let plan = plan_with(&s0, None);
         let snap = Snapshot::default();
-        let first = compute(&s0, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        let first = compute(
+            &s0,
+            &snap,
+            &plan,
+            &Outcome::Applied,
+            &Report::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         let mut s1 = s0.clone();
         s1.status = Some(first.clone());
         let later = Timestamp::from_second(1_000_000).expect("ts");
-        let second = compute(&s1, &snap, &plan, &Outcome::Applied, later);
+        let second = compute(
+            &s1,
+            &snap,
+            &plan,
+            &Outcome::Applied,
+            &Report::default(),
+            later,
+        );
         assert_eq!(first, second, "an idle resync computes an identical status");
         assert!(changed_conditions(&first, &second).is_empty());
         // A new stack: only its True conditions are news.
@@ -889,6 +968,7 @@ mod tests {
             &Snapshot::default(),
             &plan,
             &outcome,
+            &Report::default(),
             Timestamp::UNIX_EPOCH,
         );
         let d = cond(&st, ConditionType::Degraded);
@@ -951,7 +1031,14 @@ mod tests {
     #[test]
     fn one_zone_down_stays_ready_and_names_zone_nodes_and_pods() {
         let (s, snap, plan) = outage(&["c"]);
-        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        let st = compute(
+            &s,
+            &snap,
+            &plan,
+            &Outcome::Applied,
+            &Report::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
@@ -995,7 +1082,14 @@ mod tests {
     #[test]
     fn two_zones_down_lose_the_write_quorum() {
         let (s, snap, plan) = outage(&["b", "c"]);
-        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        let st = compute(
+            &s,
+            &snap,
+            &plan,
+            &Outcome::Applied,
+            &Report::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
@@ -1014,7 +1108,14 @@ mod tests {
     #[test]
     fn all_zones_up_tolerate_one() {
         let (s, snap, plan) = outage(&[]);
-        let st = compute(&s, &snap, &plan, &Outcome::Applied, Timestamp::UNIX_EPOCH);
+        let st = compute(
+            &s,
+            &snap,
+            &plan,
+            &Outcome::Applied,
+            &Report::default(),
+            Timestamp::UNIX_EPOCH,
+        );
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
         assert_eq!(cond(&st, ConditionType::Warning).status, "False");
         assert_eq!(st.replication.expect("r").zone_failures_tolerated, Some(1));
