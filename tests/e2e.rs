@@ -29,8 +29,8 @@ mod outage;
 use outage::{
     a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
     compactor_is_moved_out_of_a_lost_zone_when_opted_in, one_zone_down_keeps_the_stack_ready,
-    two_zones_down_lose_write_quorum, zone_goes_dark_the_way_nodes_fail,
-    zones_come_back_and_tolerance_is_restored,
+    runbook_commands_move_the_compactor_out_of_a_lost_zone, two_zones_down_lose_write_quorum,
+    zone_goes_dark_the_way_nodes_fail, zones_come_back_and_tolerance_is_restored,
 };
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -1465,6 +1465,7 @@ fn main() -> std::process::ExitCode {
         two_zones_down_lose_write_quorum,
         zones_come_back_and_tolerance_is_restored,
         a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
+        runbook_commands_move_the_compactor_out_of_a_lost_zone,
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
         idle_resyncs_write_nothing,
     ];

@@ -764,6 +764,21 @@ pub(super) async fn a_lost_zones_nodes_deleted_while_volumes_are_pinned_there(
     let ready_before = ready_stacks(env).await?;
     let pinned_claim = format!("storage-{OUTAGE_STACK}-ingester-");
     let dark_nodes = zones_down(env, &["zone-c"]).await?;
+    // Earlier scenarios label some of these nodes with keys of their own: they register
+    // again with exactly the labels they had.
+    let by_name = nodes_by_name(env).await?;
+    let labels: BTreeMap<String, BTreeMap<String, String>> = dark_nodes
+        .iter()
+        .map(|n| {
+            (
+                n.clone(),
+                by_name
+                    .get(n)
+                    .map(|n| n.labels().clone())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
     let outage = async {
         wait_unreachable(env, &dark_nodes).await?;
         for n in &dark_nodes {
@@ -801,16 +816,9 @@ pub(super) async fn a_lost_zones_nodes_deleted_while_volumes_are_pinned_there(
         .await
     }
     .await;
-    for n in &dark_nodes {
-        env.sim
-            .create_node(
-                n,
-                &[
-                    (ZONE, "zone-c"),
-                    (loki_zone_operator_tests::nodesim::REGION, "e2e-region"),
-                ],
-            )
-            .await?;
+    for (n, l) in &labels {
+        let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        env.sim.create_node(n, &l).await?;
     }
     let back = restore(env, &["zone-c"], &ready_before).await;
     outage?;
@@ -921,5 +929,96 @@ pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
     let back = restore(env, &[lost_zone.as_str()], &ready_before).await;
     outage?;
     revoked?;
+    back
+}
+
+/// Runs one of the runbook's shell commands as an admin would, with kubectl.
+fn admin_sh(env: &Env, command: &str) -> Result<String> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .env("KUBECONFIG", &env.cp.admin_kubeconfig)
+        .output()
+        .with_context(|| format!("running {command:?} (kubectl is needed)"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(out.status.success(), "{command:?} failed: {text}");
+    Ok(text)
+}
+
+/// (d) The runbook, before Kubernetes 1.26, run by hand: the compactor's zone goes dark
+/// under a stack without the opt-in; the `ZoneUnavailable` message gives the commands of
+/// the runbook's step 1 for the compactor, which the test runs with kubectl as they are
+/// printed; then step 2 (once the claim is gone, delete the recreated pod); and the
+/// compactor runs Ready in an available zone while its zone is still dark.
+pub(super) async fn runbook_commands_move_the_compactor_out_of_a_lost_zone(
+    env: &mut Env,
+) -> Result<()> {
+    outage_stack(env).await?;
+    let ready_before = ready_stacks(env).await?;
+    let compactor = format!("{OUTAGE_STACK}-compactor-0");
+    let claim = format!("storage-{compactor}");
+    let before = stack_pods(env).await?;
+    let (_, lost_zone, _, _) = before
+        .get(&compactor)
+        .cloned()
+        .with_context(|| format!("no {compactor}: {before:?}"))?;
+    let dark_nodes = zones_down(env, &[lost_zone.as_str()]).await?;
+    let outage = async {
+        wait_unreachable(env, &dark_nodes).await?;
+        let start = format!("kubectl -n {OUTAGE_NS} delete pvc {claim} ");
+        let step1 = wait_status(env, "the Warning gives the runbook's commands", |s| {
+            let w = raw_condition(s, "Warning").context("no Warning condition")?;
+            let msg = w["message"].as_str().unwrap_or_default();
+            let from = msg.find(&start).context("no command for the compactor")?;
+            let end = msg[from..].find(" --force").context("no --force")? + " --force".len();
+            Ok(msg[from..from + end].to_string())
+        })
+        .await?;
+        println!("    runbook step 1: {step1}");
+        admin_sh(env, &step1)?;
+        let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+            Api::namespaced(env.admin.clone(), OUTAGE_NS);
+        eventually("the old claim gone", WAIT, || async {
+            Ok(claims.get_opt(&claim).await?.map_or(Some(()), |c| {
+                (c.metadata.deletion_timestamp.is_none()).then_some(())
+            }))
+        })
+        .await?;
+        admin_sh(
+            env,
+            &format!("kubectl -n {OUTAGE_NS} delete pod {compactor}"),
+        )?;
+        let pods: Api<Pod> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+        let nodes = nodes_by_name(env).await?;
+        let moved = eventually(
+            "the compactor Ready in an available zone",
+            RECOVERY,
+            || async {
+                let Some(p) = pods.get_opt(&compactor).await? else {
+                    return Ok(None);
+                };
+                let zone = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .and_then(|n| nodes.get(n))
+                    .and_then(|n| n.labels().get(ZONE).cloned());
+                Ok(
+                    (is_ready(&p) && zone.as_deref().is_some_and(|z| z != lost_zone))
+                        .then_some(zone),
+                )
+            },
+        )
+        .await?;
+        println!("    compactor moved by hand from {lost_zone} to {moved:?}");
+        anyhow::Ok(())
+    }
+    .await;
+    let back = restore(env, &[lost_zone.as_str()], &ready_before).await;
+    outage?;
     back
 }
