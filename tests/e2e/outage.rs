@@ -825,6 +825,26 @@ pub(super) async fn a_lost_zones_nodes_deleted_while_volumes_are_pinned_there(
     back
 }
 
+/// Waits until the pod runs Ready outside `lost_zone`; returns its zone.
+async fn ready_outside(env: &Env, pod: &str, lost_zone: &str) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+    let nodes = nodes_by_name(env).await?;
+    let what = format!("{pod} Ready in an available zone");
+    eventually(&what, RECOVERY, || async {
+        let Some(p) = pods.get_opt(pod).await? else {
+            return Ok(None);
+        };
+        let zone = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .and_then(|n| nodes.get(n))
+            .and_then(|n| n.labels().get(ZONE).cloned());
+        Ok(zone.filter(|z| is_ready(&p) && z != lost_zone))
+    })
+    .await
+}
+
 /// The optional RBAC component of `manifests/components/zone-outage-recovery`, bound to
 /// the operator's ServiceAccount as its kustomization binds it.
 async fn grant_recovery_rights(env: &Env, grant: bool) -> Result<()> {
@@ -895,21 +915,8 @@ pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
         })
         .await?;
         grant_recovery_rights(env, true).await?;
-        let pods: Api<Pod> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
-        let nodes = nodes_by_name(env).await?;
-        let moved = eventually("the compactor Ready in an available zone", RECOVERY, || async {
-            let Some(p) = pods.get_opt(&compactor).await? else {
-                return Ok(None);
-            };
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            let zone = node
-                .as_ref()
-                .and_then(|n| nodes.get(n))
-                .and_then(|n| n.labels().get(ZONE).cloned());
-            Ok((is_ready(&p) && zone.as_deref().is_some_and(|z| z != lost_zone)).then_some(zone))
-        })
-        .await?;
-        println!("    compactor moved from {lost_zone} to {moved:?}");
+        let moved = ready_outside(env, &compactor, &lost_zone).await?;
+        println!("    compactor moved from {lost_zone} to {moved}");
         let now = stack_pods(env).await?;
         for (name, uid) in &ingesters {
             let kept = now.get(name).is_some_and(|(_, _, _, u)| u == uid);
@@ -992,29 +999,8 @@ pub(super) async fn runbook_commands_move_the_compactor_out_of_a_lost_zone(
             env,
             &format!("kubectl -n {OUTAGE_NS} delete pod {compactor}"),
         )?;
-        let pods: Api<Pod> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
-        let nodes = nodes_by_name(env).await?;
-        let moved = eventually(
-            "the compactor Ready in an available zone",
-            RECOVERY,
-            || async {
-                let Some(p) = pods.get_opt(&compactor).await? else {
-                    return Ok(None);
-                };
-                let zone = p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .and_then(|n| nodes.get(n))
-                    .and_then(|n| n.labels().get(ZONE).cloned());
-                Ok(
-                    (is_ready(&p) && zone.as_deref().is_some_and(|z| z != lost_zone))
-                        .then_some(zone),
-                )
-            },
-        )
-        .await?;
-        println!("    compactor moved by hand from {lost_zone} to {moved:?}");
+        let moved = ready_outside(env, &compactor, &lost_zone).await?;
+        println!("    compactor moved by hand from {lost_zone} to {moved}");
         anyhow::Ok(())
     }
     .await;

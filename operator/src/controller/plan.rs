@@ -78,6 +78,13 @@ pub struct Plan {
     pub held: Vec<String>,
 }
 
+/// The zone check of a zone-aware stack, on every node and the stack's volumes.
+fn zone_check(eff: &EffectiveStack, snapshot: &Snapshot) -> Option<ZoneCheck> {
+    let nodes = snapshot.nodes.iter().map(AsRef::as_ref);
+    let volumes = snapshot.volumes.iter().map(AsRef::as_ref);
+    eff.zone_aware().then(|| zones::check(eff, nodes, volumes))
+}
+
 pub fn plan(
     stack: &LokiStack,
     snapshot: &Snapshot,
@@ -111,13 +118,7 @@ pub fn plan(
             snapshot.storage_class.as_deref(),
             eff.zone_aware(),
         ),
-        zone: eff.zone_aware().then(|| {
-            zones::check(
-                &eff,
-                snapshot.nodes.iter().map(AsRef::as_ref),
-                snapshot.volumes.iter().map(AsRef::as_ref),
-            )
-        }),
+        zone: zone_check(&eff, snapshot),
     };
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
         eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();

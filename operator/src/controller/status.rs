@@ -20,7 +20,7 @@ use crate::controller::recovery::Report;
 use crate::defaults::{Component, EffectiveStack};
 use crate::names;
 use crate::zones::{
-    self, name_list, write_quorum, zone_failures_tolerated, ZoneCheck, ZoneVerdict,
+    self, name_list, write_quorum, zone_failures_tolerated, UnavailableZone, ZoneCheck, ZoneVerdict,
 };
 
 /// What the apply step did with the plan.
@@ -298,6 +298,36 @@ fn stranded(snapshot: &Snapshot, keys: &[String], zone: &str) -> Vec<String> {
     out
 }
 
+/// One unavailable zone: its nodes and why each is down, since when, the stack's pods
+/// there and the claims pinned there.
+fn unavailable_zone_line(u: &UnavailableZone, pods: &[String]) -> String {
+    let nodes: Vec<String> = u
+        .nodes
+        .iter()
+        .map(|(n, why)| format!("{n} ({why})"))
+        .collect();
+    let since = u.since.map_or(String::new(), |t| format!(" since {t}"));
+    let pods = if pods.is_empty() {
+        "none of the stack's pods".to_string()
+    } else {
+        format!("the stack's pods there: {}", name_list(pods))
+    };
+    let nodes = if nodes.is_empty() {
+        "no node is left".to_string()
+    } else {
+        format!("nodes {}", name_list(&nodes))
+    };
+    let claims = if u.claims.is_empty() {
+        String::new()
+    } else {
+        format!("; volumes pinned there: {}", name_list(&u.claims))
+    };
+    format!(
+        "zone {} is unavailable{since}: {nodes}; {pods}{claims}",
+        u.zone
+    )
+}
+
 fn zone_unavailable(
     plan: &Plan,
     snapshot: &Snapshot,
@@ -310,34 +340,7 @@ fn zone_unavailable(
     let zones: Vec<String> = z
         .unavailable
         .iter()
-        .map(|u| {
-            let nodes: Vec<String> = u
-                .nodes
-                .iter()
-                .map(|(n, why)| format!("{n} ({why})"))
-                .collect();
-            let since = u.since.map_or(String::new(), |t| format!(" since {t}"));
-            let pods = stranded(snapshot, &z.keys, &u.zone);
-            let pods = if pods.is_empty() {
-                "none of the stack's pods".to_string()
-            } else {
-                format!("the stack's pods there: {}", name_list(&pods))
-            };
-            let nodes = if nodes.is_empty() {
-                "no node is left".to_string()
-            } else {
-                format!("nodes {}", name_list(&nodes))
-            };
-            let claims = if u.claims.is_empty() {
-                String::new()
-            } else {
-                format!("; volumes pinned there: {}", name_list(&u.claims))
-            };
-            format!(
-                "zone {} is unavailable{since}: {nodes}; {pods}{claims}",
-                u.zone
-            )
-        })
+        .map(|u| unavailable_zone_line(u, &stranded(snapshot, &z.keys, &u.zone)))
         .collect();
     let quorum = if z.write_quorum_met() {
         "Writes keep their quorum in the available zones. "
