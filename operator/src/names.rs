@@ -24,6 +24,13 @@ pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const LABEL_CREATED_BY: &str = "app.kubernetes.io/created-by";
 pub const LABEL_CONTROLLER_VALUE: &str = "lokistack-controller";
+/// Taints the node lifecycle controller (or an admin, for out-of-service) puts on a node
+/// that is down.
+pub const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
+pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
+pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
+pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
+
 pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 pub const LABEL_GOSSIP: &str = "loki.grafana.com/gossip";
 

@@ -117,10 +117,7 @@ pub fn node_lost(node: &Node) -> bool {
         .and_then(|s| s.taints.as_ref())
         .into_iter()
         .flatten()
-        .any(|t| {
-            t.key == "node.kubernetes.io/unreachable"
-                || t.key == "node.kubernetes.io/out-of-service"
-        });
+        .any(|t| [names::TAINT_UNREACHABLE, names::TAINT_OUT_OF_SERVICE].contains(&t.key.as_str()));
     tainted || !node_ready(node)
 }
 
@@ -233,10 +230,10 @@ impl ZoneVerdict {
 /// down or going away. A node carrying one still holds its zone (its volumes are there,
 /// and it may come back); it only cannot run pods now.
 pub const OUTAGE_TAINTS: [&str; 4] = [
-    "node.kubernetes.io/unreachable",
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/out-of-service",
-    "node.kubernetes.io/unschedulable",
+    names::TAINT_UNREACHABLE,
+    names::TAINT_NOT_READY,
+    names::TAINT_OUT_OF_SERVICE,
+    names::TAINT_UNSCHEDULABLE,
 ];
 
 /// A known zone whose every node is down (not Ready, unreachable, out of service or

@@ -16,7 +16,7 @@ use crate::conditions::{status_str, ConditionType, PodPhase, Reason};
 use crate::controller::observe::Snapshot;
 use crate::controller::plan::Plan;
 use crate::controller::podzone::{decide, PodZone};
-use crate::controller::recovery::Report;
+use crate::controller::recovery::{Move, Report};
 use crate::defaults::{Component, EffectiveStack};
 use crate::names;
 use crate::zones::{
@@ -245,20 +245,15 @@ fn quorum_lost(plan: &Plan) -> Option<(Reason, String)> {
 /// What the zone-outage recovery did, waits for, or leaves to an admin.
 fn recovery_note(r: &Report, namespace: &str) -> String {
     let mut out = String::new();
-    let pods = |moves: &mut dyn Iterator<Item = &crate::controller::recovery::Move>| {
-        let names: Vec<&str> = moves.map(|m| m.pod.as_str()).collect();
-        name_list(&names)
-    };
+    let pods =
+        |moves: &[Move]| name_list(&moves.iter().map(|m| m.pod.as_str()).collect::<Vec<_>>());
     if !r.moved.is_empty() {
-        out += &format!(
-            " Moving out of the lost zone: {}.",
-            pods(&mut r.moved.iter())
-        );
+        out += &format!(" Moving out of the lost zone: {}.", pods(&r.moved));
     }
     if let Some(first) = r.waiting.iter().filter_map(|m| m.due).min() {
         out += &format!(
             " {} will be moved to an available zone at {first} (spec.replication.zoneOutage.recoverAfter).",
-            pods(&mut r.waiting.iter())
+            pods(&r.waiting)
         );
     }
     for (m, why) in &r.failed {
@@ -272,7 +267,7 @@ fn recovery_note(r: &Report, namespace: &str) -> String {
         let commands: Vec<String> = r.manual.iter().map(|m| m.commands(namespace)).collect();
         out += &format!(
             " {} hold no data of their own (it is in object storage) and can be moved to an available zone: {} (or set spec.replication.zoneOutage.recoverAfter to let the operator do it).",
-            pods(&mut r.manual.iter()),
+            pods(&r.manual),
             commands.join("; ")
         );
     }
@@ -771,6 +766,18 @@ mod tests {
             .collect()
     }
 
+    /// The status at the epoch, with no zone-outage recovery done.
+    fn computed(s: &LokiStack, snap: &Snapshot, plan: &Plan, outcome: &Outcome) -> LokiStackStatus {
+        compute(
+            s,
+            snap,
+            plan,
+            outcome,
+            &Report::default(),
+            Timestamp::UNIX_EPOCH,
+        )
+    }
+
     fn cond(s: &LokiStackStatus, t: ConditionType) -> &Condition {
         s.conditions
             .iter()
@@ -806,14 +813,7 @@ mod tests {
         ];
         let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
-        let st = compute(
-            &s,
-            &snap,
-            &plan,
-            &Outcome::Applied,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let st = computed(&s, &snap, &plan, &Outcome::Applied);
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
@@ -852,14 +852,7 @@ mod tests {
         let nodes = [node("a", &[(ZONE, "a")]), node("b", &[(ZONE, "b")])];
         let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
-        let st = compute(
-            &s,
-            &snap,
-            &plan,
-            &Outcome::HeldBack,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let st = computed(&s, &snap, &plan, &Outcome::HeldBack);
         assert_eq!(st.observed_generation, Some(1));
         let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
@@ -875,14 +868,7 @@ mod tests {
         let s0 = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
         let plan = plan_with(&s0, None);
         let snap = Snapshot::default();
-        let first = compute(
-            &s0,
-            &snap,
-            &plan,
-            &Outcome::Applied,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let first = computed(&s0, &snap, &plan, &Outcome::Applied);
         let mut s1 = s0.clone();
         s1.status = Some(first.clone());
         let later = Timestamp::from_second(1_000_000).expect("ts");
@@ -966,14 +952,7 @@ mod tests {
             reason: Reason::ApplyFailed,
             message: "server-side apply of Service s-distributor-http failed".into(),
         };
-        let st = compute(
-            &s,
-            &Snapshot::default(),
-            &plan,
-            &outcome,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let st = computed(&s, &Snapshot::default(), &plan, &outcome);
         let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
@@ -1034,14 +1013,7 @@ mod tests {
     #[test]
     fn one_zone_down_stays_ready_and_names_zone_nodes_and_pods() {
         let (s, snap, plan) = outage(&["c"]);
-        let st = compute(
-            &s,
-            &snap,
-            &plan,
-            &Outcome::Applied,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let st = computed(&s, &snap, &plan, &Outcome::Applied);
         assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
@@ -1085,14 +1057,7 @@ mod tests {
     #[test]
     fn two_zones_down_lose_the_write_quorum() {
         let (s, snap, plan) = outage(&["b", "c"]);
-        let st = compute(
-            &s,
-            &snap,
-            &plan,
-            &Outcome::Applied,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let st = computed(&s, &snap, &plan, &Outcome::Applied);
         let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
@@ -1111,14 +1076,7 @@ mod tests {
     #[test]
     fn all_zones_up_tolerate_one() {
         let (s, snap, plan) = outage(&[]);
-        let st = compute(
-            &s,
-            &snap,
-            &plan,
-            &Outcome::Applied,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        );
+        let st = computed(&s, &snap, &plan, &Outcome::Applied);
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
         assert_eq!(cond(&st, ConditionType::Warning).status, "False");
         assert_eq!(st.replication.expect("r").zone_failures_tolerated, Some(1));
