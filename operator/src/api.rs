@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,32 @@ pub const RULE_TLS_S3_MSG: &str =
 pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
 pub const RULE_NAME_LENGTH_MSG: &str =
     "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
+
+/// A field of the Go Loki Operator's LokiStack that this operator accepts and stores
+/// unchanged but does not act on. Declaring it (rather than leaving it out of the schema)
+/// is what makes replacing the Go operator's CRD with this one lose nothing: the API
+/// server prunes undeclared fields. A stack that sets one gets a Warning condition naming
+/// it ([`crate::go_compat`]).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(transparent)]
+pub struct KeptObject(pub serde_json::Value);
+
+impl JsonSchema for KeptObject {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KeptObject".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "x-kubernetes-preserve-unknown-fields": true,
+        })
+    }
+}
 
 /// LokiStack is a Loki deployment: its size, its object storage and how it replicates.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -102,6 +129,22 @@ pub struct LokiStackSpec {
     /// Managed: the operator reconciles the stack. Unmanaged: it writes nothing for it.
     #[serde(default)]
     pub management_state: ManagementState,
+
+    /// Go Loki Operator field (tenancy through its gateway): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenants: Option<KeptObject>,
+
+    /// Go Loki Operator field (cluster-wide proxy settings): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<KeptObject>,
+
+    /// Go Loki Operator field (memberlist settings): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_ring: Option<KeptObject>,
+
+    /// Go Loki Operator field (NetworkPolicies): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policies: Option<KeptObject>,
 }
 
 /// The t-shirt sizes of the Go Loki Operator.
@@ -223,6 +266,31 @@ pub struct ObjectStorageSecretSpec {
     /// The name of the Secret in the stack's namespace.
     #[schemars(length(min = 1))]
     pub name: String,
+    /// Go Loki Operator field. This operator reads static credentials from the Secret;
+    /// `token` and `token-cco` (short-lived cloud tokens) are kept but not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "credential_mode_schema")]
+    pub credential_mode: Option<CredentialMode>,
+}
+
+/// Without this, an optional enum's schema lists `null` among its values, and a 1.20 API
+/// server rejects the whole CRD ("per-version schemas may not all be set to identical
+/// values"); `null` is not a value the field takes anyway.
+fn credential_mode_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["static", "token", "token-cco"],
+    })
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CredentialMode {
+    #[serde(rename = "static")]
+    Static,
+    #[serde(rename = "token")]
+    Token,
+    #[serde(rename = "token-cco")]
+    TokenCco,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -323,6 +391,13 @@ pub struct RulesSpec {
     /// Deploy the ruler.
     #[serde(default)]
     pub enabled: bool,
+    /// Go Loki Operator field (which AlertingRule and RecordingRule objects to load):
+    /// kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Go Loki Operator field (namespaces to load rules from): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 /// Limits for every tenant, and per tenant on top of those.
@@ -347,6 +422,9 @@ pub struct LimitsTemplateSpec {
     pub queries: Option<QueryLimitSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionLimitSpec>,
+    /// Go Loki Operator field (OTLP attribute mapping): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<KeptObject>,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
@@ -368,6 +446,30 @@ pub struct IngestionLimitSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100000000))]
     pub max_global_streams_per_tenant: Option<i32>,
+    /// Longest label name, in characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub max_label_name_length: Option<i32>,
+    /// Longest label value, in characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub max_label_value_length: Option<i32>,
+    /// Most label names one stream may have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub max_label_names_per_series: Option<i32>,
+    /// Rate one stream may push, in MB per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub per_stream_rate_limit: Option<i32>,
+    /// Burst one stream may push above its rate, in MB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub per_stream_rate_limit_burst: Option<i32>,
+    /// Rate per stream above which Loki shards a stream, in MB per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub per_stream_desired_rate: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
@@ -385,6 +487,21 @@ pub struct QueryLimitSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h|d|w|y))+$"))]
     pub query_timeout: Option<String>,
+    /// Most chunks one query may fetch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub max_chunks_per_query: Option<i32>,
+    /// Most series an index query (labels, series, volume) may touch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub cardinality_limit: Option<i32>,
+    /// Most series a log-volume response aggregates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000000))]
+    pub max_volume_series: Option<i32>,
+    /// Go Loki Operator field (queries to refuse): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<Vec<KeptObject>>,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
@@ -436,6 +553,12 @@ pub struct LokiTemplateSpec {
     /// The ruler, when spec.rules.enabled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ruler: Option<LokiComponentSpec>,
+    /// Go Loki Operator field (its multi-tenancy gateway): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<KeptObject>,
+    /// Go Loki Operator field (resource limits equal to requests): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_requests_as_limits: Option<bool>,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
@@ -452,6 +575,9 @@ pub struct LokiComponentSpec {
     /// Taints the component's pods tolerate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
+    /// Go Loki Operator field (pod anti-affinity of this component): kept, not acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_anti_affinity: Option<KeptObject>,
 }
 
 /// What the operator observed and did.

@@ -10,6 +10,7 @@ use kube::CustomResourceExt;
 use crate::api::LokiStack;
 use crate::defaults::effective;
 use crate::fields;
+use crate::go_compat;
 use crate::names;
 use crate::render::{render, to_yaml_stream, ServerCapabilities, Settings};
 use crate::validate::validate_stack;
@@ -107,12 +108,11 @@ pub fn parse_stack(file: &Path, text: &str) -> Result<LokiStack, CliError> {
         &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
     );
     if !unknown.is_empty() {
-        let named: Vec<String> = unknown.iter().map(|p| fields::describe(p)).collect();
         return Err(input_err(
             file,
             format!(
-                "{}. The API server would drop these fields silently; remove them or fix their names",
-                named.join("; ")
+                "unknown fields: {}. The API server would drop them silently; remove them or fix their names",
+                unknown.join(", ")
             ),
         ));
     }
@@ -196,6 +196,8 @@ pub struct RenderOutput {
     pub yaml: String,
     /// The zone check report for stderr, when nodes were given.
     pub report: Option<String>,
+    /// What the operator's Warning condition would say of fields it keeps but ignores.
+    pub warning: Option<String>,
 }
 
 pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
@@ -232,5 +234,10 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
     let children = render(&stack, &eff, &req.settings, &req.capabilities)?;
     let yaml = to_yaml_stream(&children)
         .map_err(|e| input_err(&req.stack_file, format!("cannot serialise: {e}")))?;
-    Ok(RenderOutput { yaml, report })
+    let warning = go_compat::warning(&go_compat::unsupported_fields(&stack.spec));
+    Ok(RenderOutput {
+        yaml,
+        report,
+        warning,
+    })
 }

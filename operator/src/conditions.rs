@@ -84,6 +84,8 @@ wire_enum! {
         WriteQuorumLost => "WriteQuorumLost",
         PodZoneUnknown => "PodZoneUnknown",
         ZoneLabelChanged => "ZoneLabelChanged",
+        UnsupportedFields => "UnsupportedFields",
+        UnmanagedChildren => "UnmanagedChildren",
     }
 }
 

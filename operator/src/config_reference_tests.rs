@@ -355,11 +355,21 @@ fn all_limits() -> LimitsSpec {
             ingestion_burst_size: Some(30),
             max_line_size: Some(512000),
             max_global_streams_per_tenant: Some(20000),
+            max_label_name_length: Some(1024),
+            max_label_value_length: Some(2048),
+            max_label_names_per_series: Some(30),
+            per_stream_rate_limit: Some(3),
+            per_stream_rate_limit_burst: Some(15),
+            per_stream_desired_rate: Some(2),
         }),
         queries: Some(QueryLimitSpec {
             max_entries_limit_per_query: Some(10000),
             max_query_series: Some(1000),
             query_timeout: Some("5m".into()),
+            max_chunks_per_query: Some(2000000),
+            cardinality_limit: Some(100000),
+            max_volume_series: Some(1000),
+            blocked: None,
         }),
         retention: Some(RetentionLimitSpec {
             days: 30,
@@ -369,6 +379,7 @@ fn all_limits() -> LimitsSpec {
                 selector: "{namespace=\"dev\"}".into(),
             }],
         }),
+        otlp: None,
     };
     let retention_only = LimitsTemplateSpec {
         retention: Some(RetentionLimitSpec {
@@ -417,7 +428,10 @@ fn variants() -> Vec<(String, LokiStack, EffectiveStack)> {
                         };
                         spec.storage.secret.type_ = st;
                         spec.storage.schemas = schemas.clone();
-                        spec.rules = Some(RulesSpec { enabled: true });
+                        spec.rules = Some(RulesSpec {
+                            enabled: true,
+                            ..Default::default()
+                        });
                         spec.limits = limits.clone();
                         let label = format!(
                             "{} zones={keys:?} storage={} limits={} schemas={}",
@@ -609,7 +623,10 @@ schema_config:
 fn a_slip_in_the_rendered_config_is_caught() {
     let reference = reference();
     let mut spec = zoned_spec(LokiStackSize::Small, 2, &[ZONE]);
-    spec.rules = Some(RulesSpec { enabled: true });
+    spec.rules = Some(RulesSpec {
+        enabled: true,
+        ..Default::default()
+    });
     let s = stack("lokistack-dev", spec);
     let config = loki_config(&s, &effective(&s.spec)).expect("config");
     assert_eq!(check(&reference, &reference.root, &config), []);

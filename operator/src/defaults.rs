@@ -365,7 +365,7 @@ mod tests {
         let over = LokiComponentSpec {
             replicas: Some(5),
             node_selector: Some([("pool".to_string(), "loki".to_string())].into()),
-            tolerations: None,
+            ..Default::default()
         };
         spec.template = Some(crate::api::LokiTemplateSpec {
             compactor: Some(over.clone()),
@@ -386,7 +386,10 @@ mod tests {
     fn ruler_only_when_enabled() {
         let mut spec = stack_spec(LokiStackSize::Small);
         assert!(effective(&spec).component(Component::Ruler).is_none());
-        spec.rules = Some(crate::api::RulesSpec { enabled: true });
+        spec.rules = Some(crate::api::RulesSpec {
+            enabled: true,
+            ..Default::default()
+        });
         assert!(effective(&spec).component(Component::Ruler).is_some());
     }
 

@@ -1,23 +1,11 @@
 //! Fields of a manifest that the LokiStack schema does not have.
 //!
-//! The API server prunes such fields silently, and so would deserialising: a Go Loki
-//! Operator manifest with `tenants` would render as if it had none. `render` checks a
-//! manifest against the CRD's own schema first and names every unknown field, with a
-//! note for those the Go Loki Operator has and this operator does not support.
+//! The API server prunes such fields silently, and so would deserialising: a typo such as
+//! `replicationFactr` would render as if it were not there. `render` checks a manifest
+//! against the CRD's own schema first and names every unknown field. (The Go Loki
+//! Operator's fields are all declared: see `go_compat.rs`.)
 
 use serde_json::Value;
-
-/// Fields of the Go Loki Operator's `loki.grafana.com/v1` LokiStack that this operator
-/// does not implement, as paths under `spec`.
-pub const GO_OPERATOR_ONLY: &[&str] = &[
-    "spec.tenants",
-    "spec.proxy",
-    "spec.hashRing",
-    "spec.networkPolicies",
-    "spec.template.gateway",
-    "spec.rules.selector",
-    "spec.rules.namespaceSelector",
-];
 
 /// Paths of fields in `value` that `schema` (an OpenAPI v3 structural schema, as in a
 /// CRD) does not declare, e.g. `spec.tenants` or `spec.template.ingester.replica`.
@@ -71,18 +59,6 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
-/// What to say about an unknown field.
-pub fn describe(path: &str) -> String {
-    let go_only = GO_OPERATOR_ONLY
-        .iter()
-        .any(|g| path == *g || path.starts_with(&format!("{g}.")));
-    if go_only {
-        format!("{path}: a field of the Go Loki Operator that this operator does not support")
-    } else {
-        format!("{path}: unknown field")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,7 +72,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_and_go_only_fields_are_named() {
+    fn unknown_fields_are_named_and_go_operator_ones_are_known() {
         let stack = json!({
             "apiVersion": "loki.grafana.com/v1",
             "kind": "LokiStack",
@@ -117,16 +93,7 @@ mod tests {
             [
                 "spec.template.ingester.replica",
                 "spec.template.ingester.tolerations[0].effct",
-                "spec.tenants",
             ]
-        );
-        assert_eq!(
-            describe("spec.tenants"),
-            "spec.tenants: a field of the Go Loki Operator that this operator does not support"
-        );
-        assert_eq!(
-            describe("spec.template.ingester.replica"),
-            "spec.template.ingester.replica: unknown field"
         );
     }
 

@@ -12,6 +12,7 @@ pub mod conditions;
 pub mod controller;
 pub mod defaults;
 pub mod fields;
+pub mod go_compat;
 pub mod kinds;
 pub mod limits;
 pub mod names;

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::api::{LimitsSpec, LimitsTemplateSpec, LokiStackSize};
+use crate::api::{LimitsSpec, LimitsTemplateSpec, LokiStackSize, RetentionLimitSpec};
 
 /// The size's defaults: our own conservative figures.
 fn defaults(size: LokiStackSize) -> Value {
@@ -28,47 +28,79 @@ fn defaults(size: LokiStackSize) -> Value {
 
 /// Loki's names for what one limits block sets; unset fields are left out.
 pub fn loki_limits(l: &LimitsTemplateSpec) -> Map<String, Value> {
-    let mut out = Map::new();
-    let mut set = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            out.insert(k.to_string(), v);
-        }
-    };
+    let int = |v: Option<i32>| v.map(Value::from);
+    let mb = |v: Option<i32>| v.map(megabytes);
+    let mut fields: Vec<(&str, Option<Value>)> = Vec::new();
     if let Some(i) = &l.ingestion {
-        set("ingestion_rate_mb", i.ingestion_rate.map(Value::from));
-        set(
-            "ingestion_burst_size_mb",
-            i.ingestion_burst_size.map(Value::from),
-        );
-        set("max_line_size", i.max_line_size.map(Value::from));
-        set(
-            "max_global_streams_per_user",
-            i.max_global_streams_per_tenant.map(Value::from),
-        );
+        fields.extend([
+            ("ingestion_rate_mb", int(i.ingestion_rate)),
+            ("ingestion_burst_size_mb", int(i.ingestion_burst_size)),
+            ("max_line_size", int(i.max_line_size)),
+            (
+                "max_global_streams_per_user",
+                int(i.max_global_streams_per_tenant),
+            ),
+            ("max_label_name_length", int(i.max_label_name_length)),
+            ("max_label_value_length", int(i.max_label_value_length)),
+            (
+                "max_label_names_per_series",
+                int(i.max_label_names_per_series),
+            ),
+            ("per_stream_rate_limit", mb(i.per_stream_rate_limit)),
+            (
+                "per_stream_rate_limit_burst",
+                mb(i.per_stream_rate_limit_burst),
+            ),
+            (
+                "shard_streams",
+                mb(i.per_stream_desired_rate).map(|r| json!({"desired_rate": r})),
+            ),
+        ]);
     }
     if let Some(q) = &l.queries {
-        set(
-            "max_entries_limit_per_query",
-            q.max_entries_limit_per_query.map(Value::from),
-        );
-        set("max_query_series", q.max_query_series.map(Value::from));
-        set("query_timeout", q.query_timeout.clone().map(Value::from));
+        fields.extend([
+            (
+                "max_entries_limit_per_query",
+                int(q.max_entries_limit_per_query),
+            ),
+            ("max_query_series", int(q.max_query_series)),
+            ("query_timeout", q.query_timeout.clone().map(Value::from)),
+            ("max_chunks_per_query", int(q.max_chunks_per_query)),
+            ("cardinality_limit", int(q.cardinality_limit)),
+            ("volume_max_series", int(q.max_volume_series)),
+        ]);
     }
     if let Some(r) = &l.retention {
-        set(
+        fields.extend(retention(r));
+    }
+    fields
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v?)))
+        .collect()
+}
+
+fn retention(r: &RetentionLimitSpec) -> [(&'static str, Option<Value>); 2] {
+    let streams: Vec<Value> = r
+        .streams
+        .iter()
+        .map(|s| json!({"selector": s.selector, "priority": s.priority, "period": format!("{}h", i64::from(s.days) * 24)}))
+        .collect();
+    [
+        (
             "retention_period",
             Some(Value::from(format!("{}h", i64::from(r.days) * 24))),
-        );
-        let streams: Vec<Value> = r
-            .streams
-            .iter()
-            .map(|s| json!({"selector": s.selector, "priority": s.priority, "period": format!("{}h", i64::from(s.days) * 24)}))
-            .collect();
-        if !streams.is_empty() {
-            set("retention_stream", Some(Value::Array(streams)));
-        }
-    }
-    out
+        ),
+        (
+            "retention_stream",
+            (!streams.is_empty()).then_some(Value::Array(streams)),
+        ),
+    ]
+}
+
+/// Loki reads sizes as strings with a unit; the API gives whole megabytes, as the Go Loki
+/// Operator does.
+fn megabytes(mb: i32) -> Value {
+    Value::from(format!("{mb}MB"))
 }
 
 /// `limits_config`: the size's defaults, with `spec.limits.global` on top.
@@ -113,13 +145,17 @@ mod tests {
                 ingestion: Some(IngestionLimitSpec {
                     ingestion_rate: Some(20),
                     max_line_size: Some(512000),
+                    per_stream_rate_limit: Some(3),
+                    per_stream_desired_rate: Some(2),
+                    max_label_names_per_series: Some(30),
                     ..Default::default()
                 }),
                 queries: Some(QueryLimitSpec {
                     query_timeout: Some("5m".into()),
+                    max_volume_series: Some(1000),
                     ..Default::default()
                 }),
-                retention: None,
+                ..Default::default()
             }),
             tenants: [(
                 "audit".to_string(),
@@ -142,6 +178,10 @@ mod tests {
         assert_eq!(g["ingestion_burst_size_mb"], 20, "the size's default stays");
         assert_eq!(g["max_line_size"], 512000);
         assert_eq!(g["query_timeout"], "5m");
+        assert_eq!(g["per_stream_rate_limit"], "3MB");
+        assert_eq!(g["shard_streams"], json!({"desired_rate": "2MB"}));
+        assert_eq!(g["max_label_names_per_series"], 30);
+        assert_eq!(g["volume_max_series"], 1000);
         assert!(g.get("retention_period").is_none());
         let t = tenant_overrides(Some(&limits));
         assert_eq!(t["audit"]["retention_period"], "8760h");

@@ -222,6 +222,9 @@ fn render_stack(req: RenderRequest) -> ExitCode {
             if let Some(report) = out.report {
                 eprintln!("{report}");
             }
+            if let Some(warning) = out.warning {
+                eprintln!("warning: {warning}");
+            }
             print!("{}", out.yaml);
             ExitCode::SUCCESS
         }

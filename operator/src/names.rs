@@ -15,6 +15,11 @@ pub const MAX_STACK_NAME_LEN: usize = 38;
 
 /// The one field manager for every server-side apply the operator sends.
 pub const FIELD_MANAGER: &str = "loki-zone-operator";
+/// The field manager of what the Go Loki Operator writes: controller-runtime does not set
+/// one, so the API server takes the client's user agent, which starts with the binary's
+/// name, `manager`. Children with this manager's fields are taken over on the first apply
+/// (see `controller/takeover.rs`).
+pub const GO_OPERATOR_FIELD_MANAGER: &str = "manager";
 /// The reporting controller of Events and the holder prefix of the leader Lease.
 pub const CONTROLLER_NAME: &str = "loki-zone-operator";
 

@@ -44,7 +44,10 @@ fn all_variants() -> Vec<(String, LokiStack)> {
                     zoned_spec(size, 2, keys)
                 };
                 spec.storage.secret.type_ = st;
-                spec.rules = Some(RulesSpec { enabled: true });
+                spec.rules = Some(RulesSpec {
+                    enabled: true,
+                    ..Default::default()
+                });
                 out.push((
                     format!("{} zones={keys:?} storage={}", size.as_str(), st.as_str()),
                     stack("lokistack-dev", spec),
@@ -605,7 +608,10 @@ fn snapshot_loki_config_per_storage_type() {
 #[test]
 fn ruler_renders_when_enabled() {
     let mut spec = zoned_spec(LokiStackSize::Small, 2, &[ZONE]);
-    spec.rules = Some(RulesSpec { enabled: true });
+    spec.rules = Some(RulesSpec {
+        enabled: true,
+        ..Default::default()
+    });
     let children = render_stack(&stack("s", spec), ServerCapabilities::MODERN);
     assert!(children
         .iter()
@@ -738,7 +744,10 @@ fn limits_and_retention_reach_loki_and_tenant_changes_restart_nothing() {
 #[test]
 fn a_storage_ca_is_mounted_in_every_loki_pod_and_named_in_the_config() {
     let mut spec = zoned_spec(LokiStackSize::Small, 3, &[ZONE]);
-    spec.rules = Some(RulesSpec { enabled: true });
+    spec.rules = Some(RulesSpec {
+        enabled: true,
+        ..Default::default()
+    });
     spec.storage.tls = Some(crate::api::ObjectStorageTlsSpec {
         ca_name: "minio-ca".into(),
         ca_key: Some("ca.pem".into()),

@@ -20,6 +20,7 @@ pub fn stack_spec(size: LokiStackSize) -> LokiStackSpec {
             secret: ObjectStorageSecretSpec {
                 type_: ObjectStorageSecretType::S3,
                 name: "loki-s3".into(),
+                credential_mode: None,
             },
             tls: None,
         },
@@ -30,6 +31,10 @@ pub fn stack_spec(size: LokiStackSize) -> LokiStackSpec {
         template: None,
         limits: None,
         management_state: ManagementState::Managed,
+        tenants: None,
+        proxy: None,
+        hash_ring: None,
+        network_policies: None,
     }
 }
 

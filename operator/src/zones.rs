@@ -743,6 +743,7 @@ mod tests {
                     effect: Some("NoSchedule".into()),
                     ..Default::default()
                 }]),
+                ..Default::default()
             }),
             ..Default::default()
         });

@@ -214,28 +214,37 @@ fn wait_for_zone_times_out_non_zero_naming_the_annotation() {
 }
 
 #[test]
-fn render_rejects_unknown_fields_and_names_go_operator_ones() {
+fn render_rejects_unknown_fields_and_warns_of_go_operator_ones() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stack = dir.path().join("stack.yaml");
     let src = std::fs::read_to_string(samples().join("lokistack-demo.yaml")).expect("sample");
-    let src = src.replacen(
+    let go = src.replacen(
         "spec:\n",
-        "spec:\n  tenants:\n    mode: openshift-logging\n  replicationFactr: 2\n",
+        "spec:\n  tenants:\n    mode: openshift-logging\n",
         1,
     );
-    std::fs::write(&stack, src).expect("write");
+    let typo = go.replacen("spec:\n", "spec:\n  replicationFactr: 2\n", 1);
+    std::fs::write(&stack, typo).expect("write");
     let out = run(&["render", "-f", stack.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty(), "nothing is rendered");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("spec.replicationFactr: unknown field"),
+        stderr.contains("unknown fields: spec.replicationFactr"),
         "{stderr}"
     );
     assert!(
-        stderr.contains(
-            "spec.tenants: a field of the Go Loki Operator that this operator does not support"
-        ),
+        !stderr.contains("spec.tenants"),
+        "a Go operator field is known: {stderr}"
+    );
+
+    std::fs::write(&stack, go).expect("write");
+    let out = run(&["render", "-f", stack.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!out.stdout.is_empty(), "rendered");
+    assert!(
+        stderr.contains("warning: these fields of the Go Loki Operator are kept but this operator does not act on them: spec.tenants"),
         "{stderr}"
     );
 }

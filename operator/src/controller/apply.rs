@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::conditions::Reason;
 use crate::controller::observe::{version_of, Snapshot};
+use crate::controller::takeover;
 use crate::kinds::ChildKind;
 use crate::names;
 use crate::render::{Child, ServerCapabilities};
@@ -47,6 +48,14 @@ pub enum ApplyError {
     },
     #[error("cannot read {kind} {name} to check who owns it: {source}")]
     Read {
+        kind: ChildKind,
+        name: String,
+        source: kube::Error,
+    },
+    #[error(
+        "taking over {kind} {name} from the Go Loki Operator's field manager failed: {source}"
+    )]
+    TakeOver {
         kind: ChildKind,
         name: String,
         source: kube::Error,
@@ -218,12 +227,16 @@ impl Applier {
         let server = snapshot.children.get(&id);
         let remembered = self.memory().get(key).and_then(|m| m.get(&id)).cloned();
         if let (Some(last), Some(now)) = (remembered, server) {
-            if last.hash == hash && &last.version == now {
+            if last.hash == hash && last.version == now.version {
                 return Ok(false);
             }
         }
-        if server.is_none() {
-            check_not_foreign(&api, kind, &id.1, &snapshot.uid).await?;
+        match server {
+            None => check_not_foreign(&api, kind, &id.1, &snapshot.uid).await?,
+            Some(s) if s.written_by_go => {
+                takeover::take_over(&api, kind, &id.1, &resource.api_version).await?
+            }
+            Some(_) => {}
         }
         let params = PatchParams::apply(names::FIELD_MANAGER).force();
         let result = api

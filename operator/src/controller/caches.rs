@@ -30,6 +30,7 @@ use tracing::warn;
 use crate::controller::stacks::{
     is_zone_aware as is_stack_zone_aware, resource, stack_ref, storage_secret_name, StackRef,
 };
+use crate::controller::takeover;
 use crate::kinds::ChildKind;
 use crate::names;
 use crate::render::ServerCapabilities;
@@ -526,7 +527,7 @@ fn watch_children(
     let stack_tx = triggers.stacks.clone();
     let stream = watcher(api, watcher::Config::default().labels(&managed_selector()))
         .default_backoff()
-        .modify(|m: &mut PartialObjectMeta<DynamicObject>| m.metadata.managed_fields = None)
+        .modify(|m: &mut PartialObjectMeta<DynamicObject>| takeover::keep_markers(&mut m.metadata))
         .reflect(writer);
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);

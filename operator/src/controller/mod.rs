@@ -15,6 +15,7 @@ pub mod report;
 pub mod server;
 pub mod stacks;
 pub mod status;
+pub mod takeover;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -14,6 +14,7 @@ use kube::ResourceExt;
 use crate::api::LokiStack;
 use crate::controller::caches::Caches;
 use crate::controller::podzone::node_name;
+use crate::controller::takeover;
 use crate::defaults::{zone_aware, Component};
 use crate::kinds::ChildKind;
 use crate::names;
@@ -42,9 +43,33 @@ pub struct Snapshot {
     pub pods: Vec<Arc<Pod>>,
     /// The nodes the stack's pods are bound to, by name.
     pub pod_nodes: HashMap<String, Arc<Node>>,
-    /// What the operator created for this stack (instance label and controller owner), by
-    /// kind and name, with the version the server last reported.
-    pub children: BTreeMap<(ChildKind, String), String>,
+    /// The stack's children (instance label and this stack's controller owner), by kind
+    /// and name: what this operator applied, and what the Go Loki Operator left.
+    pub children: BTreeMap<(ChildKind, String), ChildState>,
+}
+
+/// What the cache says of one existing child.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildState {
+    /// [`version_of`] the server's copy.
+    pub version: String,
+    /// This operator has applied it, so it is this operator's to remove when no longer
+    /// rendered. Anything else owned by the stack (the Go operator's gateway) is left.
+    pub applied_by_us: bool,
+    /// The Go Loki Operator's fields are on it: the next apply takes them over first.
+    pub written_by_go: bool,
+}
+
+impl ChildState {
+    /// A child this operator applied and nobody else wrote, as tests and a steady state
+    /// have it.
+    pub fn ours(version: &str) -> ChildState {
+        ChildState {
+            version: version.to_string(),
+            applied_by_us: true,
+            written_by_go: false,
+        }
+    }
 }
 
 impl Snapshot {
@@ -131,7 +156,7 @@ fn owned_children(
     namespace: &str,
     stack: &str,
     uid: &str,
-) -> BTreeMap<(ChildKind, String), String> {
+) -> BTreeMap<(ChildKind, String), ChildState> {
     let mut out = BTreeMap::new();
     for (kind, _, store) in &caches.children {
         for m in store.state() {
@@ -149,7 +174,13 @@ fn owned_children(
                     .flatten()
                     .any(|o| o.controller == Some(true) && o.uid == uid);
             if let (true, Some(name)) = (ours, meta.name.clone()) {
-                out.insert((*kind, name), version_of(meta));
+                let (applied_by_us, written_by_go) = takeover::writers(meta);
+                let state = ChildState {
+                    version: version_of(meta),
+                    applied_by_us,
+                    written_by_go,
+                };
+                out.insert((*kind, name), state);
             }
         }
     }

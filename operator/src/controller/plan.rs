@@ -12,6 +12,7 @@ use crate::api::LokiStack;
 use crate::conditions::Reason;
 use crate::controller::observe::Snapshot;
 use crate::defaults::{effective, EffectiveStack};
+use crate::go_compat;
 use crate::kinds::ChildKind;
 use crate::names;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
@@ -34,6 +35,8 @@ pub struct Findings {
     pub storage_class: Option<StorageClassFinding>,
     /// `None` for a stack that is not zone-aware.
     pub zone: Option<ZoneCheck>,
+    /// Go Loki Operator fields the stack sets that this operator does not act on.
+    pub unsupported: Vec<String>,
 }
 
 impl Findings {
@@ -61,11 +64,15 @@ impl Findings {
 pub enum Action {
     /// Leave every object as it is (see the module comment).
     HoldBack,
-    /// Apply `children` in order, then remove `stale`: objects this stack created that it
-    /// no longer renders (a disabled ruler). PersistentVolumeClaims are never in it.
+    /// Apply `children` in order, then remove `stale`: objects this operator applied for
+    /// the stack that it no longer renders (a disabled ruler). PersistentVolumeClaims are
+    /// never in it.
     Apply {
         children: Vec<Child>,
         stale: Vec<(ChildKind, String)>,
+        /// Objects owned by the stack that this operator neither applied nor renders (the
+        /// Go Loki Operator's gateway after a migration): left as they run, and reported.
+        left: Vec<(ChildKind, String)>,
     },
 }
 
@@ -119,6 +126,7 @@ pub fn plan(
             eff.zone_aware(),
         ),
         zone: zone_check(&eff, snapshot),
+        unsupported: go_compat::unsupported_fields(&stack.spec),
     };
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
         eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();
@@ -129,11 +137,15 @@ pub fn plan(
     } else {
         let mut children = render(stack, &eff, settings, caps)?;
         // Stale before holding: a held StatefulSet is still wanted, never removed.
-        let stale = stale(snapshot, &children);
+        let (stale, left) = not_rendered(snapshot, &children);
         if zone_outage(&findings) && !forced(stack) {
             held = hold_ring_members(snapshot, &mut children);
         }
-        Action::Apply { children, stale }
+        Action::Apply {
+            children,
+            stale,
+            left,
+        }
     };
     Ok(Plan {
         eff,
@@ -179,24 +191,30 @@ fn hold_ring_members(snapshot: &Snapshot, children: &mut Vec<Child>) -> Vec<Stri
     held
 }
 
-/// Children in the snapshot that the plan no longer renders.
-fn stale(snapshot: &Snapshot, children: &[Child]) -> Vec<(ChildKind, String)> {
+type Names = Vec<(ChildKind, String)>;
+
+/// Children in the snapshot that the plan does not render: (those this operator applied,
+/// to remove; the others, to leave).
+fn not_rendered(snapshot: &Snapshot, children: &[Child]) -> (Names, Names) {
     let wanted: BTreeSet<(ChildKind, &str)> = children
         .iter()
         .map(|c| (ChildKind::of(c), c.name()))
         .collect();
-    snapshot
+    let (stale, left): (Vec<_>, Vec<_>) = snapshot
         .children
-        .keys()
-        .filter(|(k, n)| !wanted.contains(&(*k, n.as_str())))
-        .cloned()
-        .collect()
+        .iter()
+        .filter(|((k, n), _)| !wanted.contains(&(*k, n.as_str())))
+        .partition(|(_, state)| state.applied_by_us);
+    let names =
+        |v: Vec<(&(ChildKind, String), _)>| v.into_iter().map(|(id, _)| id.clone()).collect();
+    (names(stale), names(left))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::LokiStackSize;
+    use crate::controller::observe::ChildState;
     use crate::testing::{node, stack, stack_spec, zoned_spec, ZONE};
     use k8s_openapi::api::core::v1::Secret;
     use k8s_openapi::ByteString;
@@ -236,16 +254,26 @@ mod tests {
     fn a_valid_stack_is_applied_and_a_disabled_ruler_is_stale() {
         let s = stack("s", stack_spec(LokiStackSize::Demo));
         let mut snap = snapshot_for(&s);
-        snap.children
-            .insert((ChildKind::StatefulSet, "s-ruler".into()), "g1".into());
-        snap.children
-            .insert((ChildKind::StatefulSet, "s-ingester".into()), "g1".into());
+        snap.children.insert(
+            (ChildKind::StatefulSet, "s-ruler".into()),
+            ChildState::ours("g1"),
+        );
+        snap.children.insert(
+            (ChildKind::StatefulSet, "s-ingester".into()),
+            ChildState::ours("g1"),
+        );
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
-        let Action::Apply { children, stale } = p.action else {
+        let Action::Apply {
+            children,
+            stale,
+            left,
+        } = p.action
+        else {
             panic!("held back: {:?}", p.findings.hold_back())
         };
         assert!(children.iter().any(|c| c.name() == "s-ingester"));
         assert_eq!(stale, vec![(ChildKind::StatefulSet, "s-ruler".to_string())]);
+        assert!(left.is_empty());
     }
 
     #[test]
@@ -291,11 +319,16 @@ mod tests {
                 Arc::new(n)
             })
             .collect();
-        snap.children
-            .insert((ChildKind::StatefulSet, "s-ingester".into()), "g1".into());
+        snap.children.insert(
+            (ChildKind::StatefulSet, "s-ingester".into()),
+            ChildState::ours("g1"),
+        );
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
         assert_eq!(p.held, ["s-ingester"]);
-        let Action::Apply { children, stale } = &p.action else {
+        let Action::Apply {
+            children, stale, ..
+        } = &p.action
+        else {
             panic!("an outage must not hold the spec back")
         };
         assert!(stale.is_empty(), "a held StatefulSet is not stale");
@@ -319,5 +352,35 @@ mod tests {
         );
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
         assert!(p.held.is_empty());
+    }
+
+    #[test]
+    fn what_the_go_operator_left_is_taken_over_or_left_never_removed() {
+        let s = stack("s", stack_spec(LokiStackSize::Demo));
+        let mut snap = snapshot_for(&s);
+        let go = ChildState {
+            version: "g4".into(),
+            applied_by_us: false,
+            written_by_go: true,
+        };
+        snap.children
+            .insert((ChildKind::Deployment, "s-gateway".into()), go.clone());
+        snap.children
+            .insert((ChildKind::StatefulSet, "s-ingester".into()), go);
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let Action::Apply {
+            children,
+            stale,
+            left,
+        } = p.action
+        else {
+            panic!("held back: {:?}", p.findings.hold_back())
+        };
+        assert!(
+            children.iter().any(|c| c.name() == "s-ingester"),
+            "rendered: applied"
+        );
+        assert!(stale.is_empty(), "nothing of the Go operator's is removed");
+        assert_eq!(left, vec![(ChildKind::Deployment, "s-gateway".to_string())]);
     }
 }

@@ -192,7 +192,10 @@ async fn apply(
     snapshot: &Snapshot,
     plan: &Plan,
 ) -> Result<Option<ApplyReport>, ApplyError> {
-    let plan::Action::Apply { children, stale } = &plan.action else {
+    let plan::Action::Apply {
+        children, stale, ..
+    } = &plan.action
+    else {
         return Ok(None);
     };
     let result = ctx.applier.apply(snapshot, children, stale).await;

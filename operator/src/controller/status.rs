@@ -14,10 +14,11 @@ use crate::api::{
 };
 use crate::conditions::{status_str, ConditionType, PodPhase, Reason};
 use crate::controller::observe::Snapshot;
-use crate::controller::plan::Plan;
+use crate::controller::plan::{Action, Plan};
 use crate::controller::podzone::{decide, PodZone};
 use crate::controller::recovery::{Move, Report};
 use crate::defaults::{Component, EffectiveStack};
+use crate::go_compat;
 use crate::names;
 use crate::zones::{
     self, name_list, write_quorum, zone_failures_tolerated, UnavailableZone, ZoneCheck, ZoneVerdict,
@@ -397,6 +398,7 @@ fn warnings(
             ),
         ));
     }
+    out.extend(migration_warnings(plan));
     // Advice about the layout, not about something happening now: last.
     if let Some(z) = plan
         .findings
@@ -405,6 +407,28 @@ fn warnings(
         .filter(|z| z.verdict == ZoneVerdict::NoZoneFailureTolerance)
     {
         out.push((z.verdict.reason(), z.message()));
+    }
+    out
+}
+
+/// What a stack migrated from the Go Loki Operator carries that this operator does not
+/// act on: fields it keeps, and objects it leaves running.
+fn migration_warnings(plan: &Plan) -> Vec<(Reason, String)> {
+    let mut out = Vec::new();
+    if let Some(m) = go_compat::warning(&plan.findings.unsupported) {
+        out.push((Reason::UnsupportedFields, m));
+    }
+    if let Action::Apply { left, .. } = &plan.action {
+        if !left.is_empty() {
+            let names: Vec<String> = left.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            out.push((
+                Reason::UnmanagedChildren,
+                format!(
+                    "objects owned by this stack that this operator did not create and does not manage are left as they run: {}. They are deleted with the stack; delete them earlier when no longer needed",
+                    names.join(", ")
+                ),
+            ));
+        }
     }
     out
 }
@@ -692,7 +716,7 @@ mod tests {
     use crate::controller::plan::{Action, Findings};
     use crate::defaults::effective;
     use crate::storage::StorageSecretError;
-    use crate::testing::{node, stack, zoned_spec, ZONE};
+    use crate::testing::{node, stack, stack_spec, zoned_spec, ZONE};
     use crate::validate::InvalidSpec;
     use crate::zones::{check, ZoneCheck};
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
@@ -1080,5 +1104,33 @@ mod tests {
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
         assert_eq!(cond(&st, ConditionType::Warning).status, "False");
         assert_eq!(st.replication.expect("r").zone_failures_tolerated, Some(1));
+    }
+
+    #[test]
+    fn a_migrated_stack_names_kept_fields_and_left_objects() {
+        let mut spec = stack_spec(LokiStackSize::Demo);
+        spec.tenants = Some(crate::api::KeptObject(
+            serde_json::json!({"mode": "static"}),
+        ));
+        let s = stack("s", spec);
+        let mut plan = plan_with(&s, None);
+        plan.findings.unsupported = crate::go_compat::unsupported_fields(&s.spec);
+        plan.action = Action::Apply {
+            children: Vec::new(),
+            stale: Vec::new(),
+            left: vec![(crate::kinds::ChildKind::Deployment, "s-gateway".into())],
+        };
+        let st = computed(&s, &snapshot_with(Vec::new()), &plan, &Outcome::Applied);
+        let w = cond(&st, ConditionType::Warning);
+        assert_eq!(w.status, "True");
+        assert_eq!(w.reason, "UnsupportedFields");
+        for part in [
+            "spec.tenants",
+            "docs/migrate.md",
+            "Deployment s-gateway",
+            "left as they run",
+        ] {
+            assert!(w.message.contains(part), "{part:?} not in {}", w.message);
+        }
     }
 }
