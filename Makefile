@@ -60,6 +60,10 @@ install: build ## Install the CRD into the current cluster
 uninstall: ## Remove the CRD (and with it every LokiStack) from the current cluster
 	bash hack/deploy.sh uninstall
 
+.PHONY: replace-crd
+replace-crd: build ## Replace the Go Loki Operator's LokiStack CRD with ours, keeping every stack (docs/migrate.md)
+	BIN=$(BIN) bash hack/deploy.sh replace-crd
+
 .PHONY: deploy
 deploy: build ## Install the operator (CRD, RBAC, Deployment) with image IMG
 	BIN=$(BIN) IMG=$(IMG) bash hack/deploy.sh deploy

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy}
+action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy|replace-crd|manifests}
 BIN=${BIN:-target/debug/loki-zone-operator}
 KUBECTL=${KUBECTL:-kubectl}
 IMG=${IMG:-}
@@ -63,13 +63,20 @@ operator_manifests() {
 
 case "$action" in
   install)
-    crd | $KUBECTL apply --server-side -f -
+    crd | $KUBECTL apply --server-side --force-conflicts -f -
+    ;;
+  replace-crd)
+    # Migration from the Go Loki Operator (docs/migrate.md): a replace takes over the
+    # whole CRD, its conversion webhook setting included, which an apply would leave.
+    crd | $KUBECTL replace -f -
     ;;
   uninstall)
     $KUBECTL delete --ignore-not-found customresourcedefinition lokistacks.loki.grafana.com
     ;;
   deploy)
-    crd | $KUBECTL apply --server-side -f -
+    # The CRD is this operator's: forcing takes its fields over from whoever wrote them
+    # before (a replace during a migration, an earlier installer).
+    crd | $KUBECTL apply --server-side --force-conflicts -f -
     $KUBECTL wait --for condition=established --timeout=60s customresourcedefinition/lokistacks.loki.grafana.com
     operator_manifests | $KUBECTL apply --server-side -f -
     ;;

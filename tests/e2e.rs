@@ -24,6 +24,9 @@ use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
 
+#[path = "e2e/migrate.rs"]
+mod migrate;
+use migrate::a_stack_left_by_the_go_operator_is_taken_over;
 #[path = "e2e/outage.rs"]
 mod outage;
 use outage::{
@@ -1467,6 +1470,7 @@ fn main() -> std::process::ExitCode {
         a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
         runbook_commands_move_the_compactor_out_of_a_lost_zone,
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
+        a_stack_left_by_the_go_operator_is_taken_over,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

@@ -227,7 +227,9 @@ impl Applier {
         let server = snapshot.children.get(&id);
         let remembered = self.memory().get(key).and_then(|m| m.get(&id)).cloned();
         if let (Some(last), Some(now)) = (remembered, server) {
-            if last.hash == hash && last.version == now.version {
+            // Another writer's fields on an unchanged object change neither our hash nor
+            // its generation: only the cache's marks tell that a take-over is due.
+            if last.hash == hash && last.version == now.version && !now.written_by_go {
                 return Ok(false);
             }
         }
