@@ -125,27 +125,21 @@ async fn create_go_gateway(env: &Env, stack_uid: &str) -> Result<()> {
     Ok(())
 }
 
+/// Untyped StatefulSet and Deployment APIs of the namespace, for their managed fields.
+fn workload_apis(env: &Env) -> (Api<DynamicObject>, Api<DynamicObject>) {
+    let api = |r: &kube::api::ApiResource| Api::namespaced_with(env.admin.clone(), NS, r);
+    (
+        api(&kube::api::ApiResource::erase::<StatefulSet>(&())),
+        api(&kube::api::ApiResource::erase::<Deployment>(&())),
+    )
+}
+
 /// Leaves the stack's children as the Go operator would: its field manager, one extra
 /// env var on the distributor, and its gateway.
 async fn leave_as_the_go_operator_would(env: &Env, stack_uid: &str) -> Result<()> {
-    let sts = Api::namespaced_with(
-        env.admin.clone(),
-        NS,
-        &kube::api::ApiResource::erase::<StatefulSet>(&()),
-    );
-    let deps = Api::namespaced_with(
-        env.admin.clone(),
-        NS,
-        &kube::api::ApiResource::erase::<Deployment>(&()),
-    );
-    for name in [format!("{STACK}-ingester"), format!("{STACK}-querier")] {
-        let api = if name.ends_with("ingester") {
-            &sts
-        } else {
-            &deps
-        };
-        as_written_by_go(api, &name).await?;
-    }
+    let (sts, deps) = workload_apis(env);
+    as_written_by_go(&sts, &format!("{STACK}-ingester")).await?;
+    as_written_by_go(&deps, &format!("{STACK}-querier")).await?;
     let distributor = format!("{STACK}-distributor");
     as_written_by_go(&deps, &distributor).await?;
     let pp = PatchParams {
@@ -264,16 +258,7 @@ pub async fn a_stack_left_by_the_go_operator_is_taken_over(env: &mut Env) -> Res
         stored.data["spec"]["limits"]["global"]["otlp"] == go_fields["limits"]["global"]["otlp"]
     );
 
-    let sts = Api::namespaced_with(
-        env.admin.clone(),
-        NS,
-        &kube::api::ApiResource::erase::<StatefulSet>(&()),
-    );
-    let deps = Api::namespaced_with(
-        env.admin.clone(),
-        NS,
-        &kube::api::ApiResource::erase::<Deployment>(&()),
-    );
+    let (sts, deps) = workload_apis(env);
     for (api, name) in [
         (&sts, "ingester"),
         (&deps, "querier"),

@@ -92,6 +92,21 @@ fn zone_check(eff: &EffectiveStack, snapshot: &Snapshot) -> Option<ZoneCheck> {
     eff.zone_aware().then(|| zones::check(eff, nodes, volumes))
 }
 
+/// The object store's parameters from the stack's Secret (key names and the values that
+/// shape the config), or what is wrong with it.
+fn secret_params(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+) -> Result<StoreParams, StorageSecretError> {
+    let spec = &stack.spec.storage.secret;
+    let secret = snapshot.secret.as_deref();
+    check_secret(spec.type_, &spec.name, &snapshot.namespace, secret)?;
+    match secret {
+        Some(s) => store_params(spec.type_, &spec.name, s),
+        None => Ok(StoreParams::default()),
+    }
+}
+
 pub fn plan(
     stack: &LokiStack,
     snapshot: &Snapshot,
@@ -99,18 +114,7 @@ pub fn plan(
     caps: &ServerCapabilities,
 ) -> Result<Plan, PlanError> {
     let mut eff = effective(&stack.spec);
-    let secret_spec = &stack.spec.storage.secret;
-    let secret = check_secret(
-        secret_spec.type_,
-        &secret_spec.name,
-        &snapshot.namespace,
-        snapshot.secret.as_deref(),
-    )
-    .and_then(|()| match snapshot.secret.as_deref() {
-        Some(s) => store_params(secret_spec.type_, &secret_spec.name, s),
-        None => Ok(StoreParams::default()),
-    });
-    let secret = match secret {
+    let secret = match secret_params(stack, snapshot) {
         Ok(params) => {
             eff.store = params;
             None
