@@ -32,6 +32,9 @@ use outage::{
     runbook_commands_move_the_compactor_out_of_a_lost_zone, two_zones_down_lose_write_quorum,
     zone_goes_dark_the_way_nodes_fail, zones_come_back_and_tolerance_is_restored,
 };
+#[path = "e2e/restart.rs"]
+mod restart;
+use restart::api_server_restarts_never_stop_the_operator;
 
 const WAIT: Duration = Duration::from_secs(120);
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -1467,6 +1470,7 @@ fn main() -> std::process::ExitCode {
         a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
         runbook_commands_move_the_compactor_out_of_a_lost_zone,
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
+        api_server_restarts_never_stop_the_operator,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {
