@@ -78,8 +78,10 @@ pub enum Stop {
 }
 
 const APISERVER: &str = "kube-apiserver";
-/// A SIGTERMed kube-apiserver that has not exited by then is killed.
-const GRACEFUL_STOP: Duration = Duration::from_secs(60);
+/// A SIGTERMed kube-apiserver that has not exited by then is killed, as the kubelet does
+/// after a pod's default grace period. kube-apiserver 1.20 closes its port at once but
+/// waits up to 60 s for open watches to end, so a watched server needs the SIGKILL.
+const GRACEFUL_STOP: Duration = Duration::from_secs(30);
 
 pub struct ControlPlane {
     pub dir: PathBuf,
