@@ -35,6 +35,9 @@ use outage::{
     runbook_commands_move_the_compactor_out_of_a_lost_zone, two_zones_down_lose_write_quorum,
     zone_goes_dark_the_way_nodes_fail, zones_come_back_and_tolerance_is_restored,
 };
+#[path = "e2e/restart.rs"]
+mod restart;
+use restart::api_server_restarts_never_stop_the_operator;
 
 const WAIT: Duration = Duration::from_secs(120);
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -1471,6 +1474,7 @@ fn main() -> std::process::ExitCode {
         runbook_commands_move_the_compactor_out_of_a_lost_zone,
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
         a_stack_left_by_the_go_operator_is_taken_over,
+        api_server_restarts_never_stop_the_operator,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

@@ -9,6 +9,10 @@
 //! The binaries are built once by `hack/build-control-plane.sh` and cached outside the
 //! repository. Every process is started by this harness and stopped by PID when the
 //! [`ControlPlane`] is dropped, also when a test panics.
+//!
+//! kube-apiserver can be restarted in place ([`ControlPlane::stop_apiserver`], then
+//! [`ControlPlane::start_apiserver`]): same flags, port, certificates and etcd, so every
+//! client reconnects to the address it had, as after a real restart.
 
 use std::fs;
 use std::io::Write;
@@ -17,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use crate::repo_root;
 
@@ -55,12 +59,29 @@ fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// A started process and the file its output goes to.
+/// A started process, the file its output goes to, and how to start it again.
 struct Proc {
     name: &'static str,
     child: Child,
     log: PathBuf,
+    program: PathBuf,
+    args: Vec<String>,
 }
+
+/// How kube-apiserver is stopped before it is started again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGTERM: a rolling restart; the server drains and closes its connections.
+    Term,
+    /// SIGKILL: a crash; connections break mid-request.
+    Kill,
+}
+
+const APISERVER: &str = "kube-apiserver";
+/// A SIGTERMed kube-apiserver that has not exited by then is killed, as the kubelet does
+/// after a pod's default grace period. kube-apiserver 1.20 closes its port at once but
+/// waits up to 60 s for open watches to end, so a watched server needs the SIGKILL.
+const GRACEFUL_STOP: Duration = Duration::from_secs(30);
 
 pub struct ControlPlane {
     pub dir: PathBuf,
@@ -76,14 +97,36 @@ pub struct ControlPlane {
 fn spawn(name: &'static str, dir: &Path, program: &Path, args: &[String]) -> Result<Proc> {
     let log = dir.join(format!("{name}.log"));
     let out = fs::File::create(&log)?;
-    let child = Command::new(program)
+    let child = launch(program, args, out)?;
+    Ok(Proc {
+        name,
+        child,
+        log,
+        program: program.to_path_buf(),
+        args: args.to_vec(),
+    })
+}
+
+fn launch(program: &Path, args: &[String], out: fs::File) -> Result<Child> {
+    Command::new(program)
         .args(args)
         .stdout(out.try_clone()?)
         .stderr(out)
         .stdin(Stdio::null())
         .spawn()
-        .with_context(|| format!("starting {}", program.display()))?;
-    Ok(Proc { name, child, log })
+        .with_context(|| format!("starting {}", program.display()))
+}
+
+/// Waits up to `timeout` for `child` to exit; whether it did.
+fn wait_exit(child: &mut Child, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
 }
 
 fn tail(path: &Path, lines: usize) -> String {
@@ -162,7 +205,7 @@ impl ControlPlane {
         let port = free_port()?;
         cp.server = format!("https://127.0.0.1:{port}");
         cp.procs.push(spawn(
-            "kube-apiserver",
+            APISERVER,
             &dir,
             &bin.join("kube-apiserver"),
             &[
@@ -270,7 +313,7 @@ impl ControlPlane {
                 let log = self
                     .procs
                     .iter()
-                    .find(|p| p.name == "kube-apiserver")
+                    .find(|p| p.name == APISERVER)
                     .map(|p| tail(&p.log, 30))
                     .unwrap_or_default();
                 bail!("kube-apiserver not ready after {timeout:?}:\n{log}");
@@ -287,6 +330,57 @@ impl ControlPlane {
             }
         }
         Ok(())
+    }
+
+    fn apiserver(&mut self) -> Result<&mut Proc> {
+        self.procs
+            .iter_mut()
+            .find(|p| p.name == APISERVER)
+            .context("kube-apiserver is not among the started processes")
+    }
+
+    /// Stops kube-apiserver as `how` says and waits until it has exited; etcd, the
+    /// scheduler and the controller manager keep running. Returns how long it took.
+    /// Blocking: call it from `tokio::task::block_in_place` in async code.
+    pub fn stop_apiserver(&mut self, how: Stop) -> Result<Duration> {
+        let started = Instant::now();
+        let p = self.apiserver()?;
+        if let Some(status) = p.child.try_wait()? {
+            bail!("kube-apiserver had already exited with {status}");
+        }
+        let stopped = match how {
+            Stop::Term => {
+                let pid = p.child.id().to_string();
+                let sent = Command::new("kill").args(["-TERM", &pid]).status()?;
+                ensure!(sent.success(), "kill -TERM {pid} failed");
+                wait_exit(&mut p.child, GRACEFUL_STOP)
+            }
+            Stop::Kill => false,
+        };
+        if !stopped {
+            p.child.kill().context("killing kube-apiserver")?;
+        }
+        p.child
+            .wait()
+            .context("waiting for kube-apiserver to exit")?;
+        Ok(started.elapsed())
+    }
+
+    /// Starts kube-apiserver again after [`ControlPlane::stop_apiserver`], with the flags,
+    /// port, certificates and etcd it had, and waits until `/readyz` answers 200. Returns
+    /// how long that took. Blocking, like `stop_apiserver`.
+    pub fn start_apiserver(&mut self, timeout: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        let p = self.apiserver()?;
+        if p.child.try_wait()?.is_none() {
+            bail!("kube-apiserver is still running");
+        }
+        // One log across restarts, each start marked, so a failure shows what came before.
+        let mut out = fs::OpenOptions::new().append(true).open(&p.log)?;
+        writeln!(out, "=== e2e harness: kube-apiserver started again ===")?;
+        p.child = launch(&p.program, &p.args, out)?;
+        self.wait_for_apiserver(timeout)?;
+        Ok(started.elapsed())
     }
 
     /// PIDs of the processes, for `make demo-down`.
