@@ -61,6 +61,18 @@ operator_manifests() {
   $KUBECTL kustomize "$dir"
 }
 
+# `kubectl wait --for condition=established` fails at once ("accessor error") when it
+# reads a just-created CRD before the server has written its status: poll instead.
+wait_established() {
+  local crd=customresourcedefinition/lokistacks.loki.grafana.com i
+  for i in $(seq 120); do
+    [ "$($KUBECTL get "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] && return 0
+    sleep 0.5
+  done
+  echo "the LokiStack CRD was not established within 60s" >&2
+  return 1
+}
+
 case "$action" in
   install)
     crd | $KUBECTL apply --server-side --force-conflicts -f -
@@ -77,7 +89,7 @@ case "$action" in
     # The CRD is this operator's: forcing takes its fields over from whoever wrote them
     # before (a replace during a migration, an earlier installer).
     crd | $KUBECTL apply --server-side --force-conflicts -f -
-    $KUBECTL wait --for condition=established --timeout=60s customresourcedefinition/lokistacks.loki.grafana.com
+    wait_established
     operator_manifests | $KUBECTL apply --server-side -f -
     ;;
   undeploy)
