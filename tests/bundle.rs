@@ -1306,6 +1306,23 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
         "a CSV without resources[].name was accepted: {refused:?}"
     );
 
+    // The Deployment OLM makes of the CSV is valid, WATCH_NAMESPACES from the downward
+    // API included; the server checks that field path (a wrong one is refused).
+    let apps = api_resource("apps", "v1", "Deployment", "deployments");
+    let mut olm_deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "loki-zone-operator"},
+        "spec": csv["spec"]["install"]["spec"]["deployments"][0]["spec"],
+    });
+    let created = dry_run_create(&client, &apps, "olm-bundle", &olm_deployment).await;
+    assert_eq!(created, Ok(()), "the CSV's Deployment is refused");
+    let env = &mut olm_deployment["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "WATCH_NAMESPACES");
+    env["valueFrom"]["fieldRef"]["fieldPath"] = json!("metadata.annotations.olm");
+    let refused = dry_run_create(&client, &apps, "olm-bundle", &olm_deployment).await;
+    assert!(refused.is_err(), "a wrong fieldPath was accepted");
+
     // Every example is a LokiStack the API server accepts against our CRD.
     let stack = api_resource("loki.grafana.com", "v1", "LokiStack", "lokistacks");
     for ex in examples(&csv) {

@@ -332,12 +332,8 @@ fn start(
     let (pod_tx, pod_rx) = mpsc::unbounded_channel();
     let secrets = SecretReader::new(client.clone());
     let controller = stack_controller(client, &cfg.scope, &secrets);
-    let poll = secrets::poll(
-        secrets.clone(),
-        controller.store(),
-        stack_tx.clone(),
-        cfg.secret_poll,
-    );
+    let (stacks, every) = (controller.store(), cfg.secret_poll);
+    let poll = secrets::poll(secrets.clone(), stacks, stack_tx.clone(), every);
     let triggers = caches::Triggers {
         stacks: stack_tx,
         nodes: node_tx,
@@ -358,12 +354,8 @@ fn start(
         pod_changes: pod_rx,
         node_changes: node_rx,
     };
-    tasks.push(tokio::spawn(annotator::run(
-        client.clone(),
-        inputs,
-        recorder.clone(),
-        metrics.clone(),
-    )));
+    let annotate = annotator::run(client.clone(), inputs, recorder.clone(), metrics.clone());
+    tasks.push(tokio::spawn(annotate));
     tasks.push(tokio::spawn(ready_when_synced(caches.clone(), ready)));
     let ctx = Arc::new(Context {
         client: client.clone(),
