@@ -170,3 +170,155 @@ pub async fn poll(
         reader.refresh(&stacks, &tx).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::convert::Infallible;
+
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use serde_json::json;
+
+    /// Secrets by (namespace, name): resourceVersion and data; and the paths asked for.
+    #[derive(Clone, Default)]
+    struct FakeServer {
+        secrets: Arc<Mutex<HashMap<Key, (String, serde_json::Value)>>>,
+        gets: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl FakeServer {
+        fn client(&self) -> Client {
+            let server = self.clone();
+            let service = tower::service_fn(move |req: Request<Body>| {
+                let server = server.clone();
+                async move { Ok::<_, Infallible>(server.answer(req.method(), req.uri().path())) }
+            });
+            Client::new(service, "default")
+        }
+
+        fn answer(&self, method: &http::Method, path: &str) -> Response<Body> {
+            self.gets
+                .lock()
+                .expect("gets")
+                .push(format!("{method} {path}"));
+            // /api/v1/namespaces/{ns}/secrets/{name}
+            let parts: Vec<&str> = path.split('/').collect();
+            let key = (parts[4].to_string(), parts[6].to_string());
+            let found = self.secrets.lock().expect("secrets").get(&key).cloned();
+            let (status, body) = match found {
+                Some((rv, data)) => (
+                    StatusCode::OK,
+                    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": key.1, "namespace": key.0, "resourceVersion": rv}, "data": data}),
+                ),
+                None => (
+                    StatusCode::NOT_FOUND,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+                ),
+            };
+            let mut resp = Response::new(Body::from(body.to_string().into_bytes()));
+            *resp.status_mut() = status;
+            resp
+        }
+
+        fn put(&self, ns: &str, name: &str, rv: &str) {
+            // "aHVudGVyMg==" is "hunter2": a credential that must not be kept.
+            let data = json!({"access_key_secret": "aHVudGVyMg==", "endpoint": "aHR0cDovL3Mz"});
+            self.secrets
+                .lock()
+                .expect("secrets")
+                .insert((ns.into(), name.into()), (rv.into(), data));
+        }
+
+        fn gets(&self) -> usize {
+            self.gets.lock().expect("gets").len()
+        }
+    }
+
+    fn stack(ns: &str, name: &str, secret: &str) -> DynamicObject {
+        let mut s = DynamicObject::new(name, &resource()).within(ns);
+        s.data = json!({"spec": {"storage": {"secret": {"name": secret}}}});
+        s
+    }
+
+    fn stored(reader: &SecretReader, ns: &str, name: &str) -> Option<Arc<Secret>> {
+        reader.store().get(&ObjectRef::new(name).within(ns))
+    }
+
+    fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<StackRef>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            out.push(format!("{}/{}", r.namespace.unwrap_or_default(), r.name));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn secrets_are_read_by_name_once_then_polled_and_changes_rerun_their_stacks() {
+        let server = FakeServer::default();
+        server.put("a", "s3", "1");
+        let reader = SecretReader::new(server.client());
+        let mut writer = Writer::<DynamicObject>::new(resource());
+        let stacks = writer.as_reader();
+        let (one, two) = (stack("a", "one", "s3"), stack("a", "two", "s3"));
+        for s in [&one, &two] {
+            writer.apply_watcher_event(&watcher::Event::Apply(s.clone()));
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+
+        // Read before the first reconcile, once however often it is asked for.
+        reader.ensure_for(&one).await;
+        reader.ensure_for(&two).await;
+        assert_eq!(server.gets(), 1);
+        let secret = stored(&reader, "a", "s3").expect("stored");
+        let data = secret.data.as_ref().expect("data");
+        assert_eq!(
+            data["access_key_secret"].0,
+            vec![crate::storage::VALUE_SAFE]
+        );
+        assert_eq!(data["endpoint"].0, b"http://s3".to_vec());
+
+        // Unchanged: read again, nothing re-run.
+        reader.refresh(&stacks, &tx).await;
+        assert_eq!(server.gets(), 2);
+        assert!(drain(&mut rx).is_empty());
+
+        // Changed, then deleted: both stacks naming it re-run each time.
+        server.put("a", "s3", "2");
+        reader.refresh(&stacks, &tx).await;
+        let mut rerun = drain(&mut rx);
+        rerun.sort();
+        assert_eq!(rerun, ["a/one", "a/two"]);
+        server.secrets.lock().expect("secrets").clear();
+        reader.refresh(&stacks, &tx).await;
+        assert_eq!(drain(&mut rx).len(), 2);
+        assert!(stored(&reader, "a", "s3").is_none());
+
+        // A Secret missing at first is seen when it is created.
+        let late = stack("b", "late", "later");
+        writer.apply_watcher_event(&watcher::Event::Apply(late.clone()));
+        reader.ensure_for(&late).await;
+        assert!(stored(&reader, "b", "later").is_none());
+        server.put("b", "later", "7");
+        reader.refresh(&stacks, &tx).await;
+        assert!(drain(&mut rx).contains(&"b/late".to_string()));
+        assert!(stored(&reader, "b", "later").is_some());
+
+        // No stack names it any more: forgotten, and never read again.
+        for s in [&one, &two, &late] {
+            writer.apply_watcher_event(&watcher::Event::Delete(s.clone()));
+        }
+        reader.refresh(&stacks, &tx).await;
+        let before = server.gets();
+        reader.refresh(&stacks, &tx).await;
+        assert_eq!(server.gets(), before);
+        assert!(stored(&reader, "b", "later").is_none());
+        let paths = server.gets.lock().expect("gets").clone();
+        assert!(
+            paths
+                .iter()
+                .all(|p| p.starts_with("GET /api/v1/namespaces/") && p.split('/').count() == 7),
+            "only gets by name: {paths:?}"
+        );
+    }
+}
