@@ -229,20 +229,205 @@ fn install_modes_are_the_ones_the_operator_supports() {
         .filter(|m| m["supported"] == true)
         .filter_map(|m| m["type"].as_str())
         .collect();
-    // The operator lists LokiStacks in every namespace under a ClusterRole: confined to
-    // some namespaces by OLM it would still act everywhere.
-    assert_eq!(supported, vec!["AllNamespaces"]);
-    let cluster_role = kustomize_operator()
-        .expect("kustomize")
-        .into_iter()
-        .find(|o| o["kind"] == "ClusterRole")
-        .expect("ClusterRole");
-    assert!(cluster_role["rules"]
+    // WATCH_NAMESPACES confines the operator to OLM's target namespaces, and every
+    // namespaced right is in `permissions`, which OLM grants per target namespace.
+    assert_eq!(
+        supported,
+        vec![
+            "OwnNamespace",
+            "SingleNamespace",
+            "MultiNamespace",
+            "AllNamespaces"
+        ]
+    );
+    let install = &csv["spec"]["install"]["spec"];
+    let env = install["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .expect("env");
+    let watch = env
+        .iter()
+        .find(|e| e["name"] == "WATCH_NAMESPACES")
+        .expect("WATCH_NAMESPACES");
+    assert_eq!(
+        watch["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.annotations['olm.targetNamespaces']"
+    );
+}
+
+/// The resources a rule names.
+fn rule_resources(rules: &Value) -> Vec<(String, String, Vec<String>)> {
+    rules
         .as_array()
         .expect("rules")
         .iter()
-        .any(|r| strs(&r["resources"]).contains(&"lokistacks")
-            && strs(&r["verbs"]).contains(&"list")));
+        .flat_map(|r| {
+            let verbs: Vec<String> = strs(&r["verbs"]).iter().map(|v| v.to_string()).collect();
+            let groups = strs(&r["apiGroups"]);
+            strs(&r["resources"])
+                .into_iter()
+                .flat_map(move |res| {
+                    let verbs = verbs.clone();
+                    groups
+                        .clone()
+                        .into_iter()
+                        .map(move |g| (g.to_string(), res.to_string(), verbs.clone()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+const CLUSTER_SCOPED_READS: [&str; 4] = [
+    "nodes",
+    "persistentvolumes",
+    "storageclasses",
+    "customresourcedefinitions",
+];
+
+#[test]
+fn csv_splits_namespaced_rights_from_cluster_reads() {
+    let csv = csv();
+    let install = &csv["spec"]["install"]["spec"];
+    // clusterPermissions: only cluster-scoped kinds, only reads.
+    for (_, res, verbs) in rule_resources(&install["clusterPermissions"][0]["rules"]) {
+        assert!(
+            CLUSTER_SCOPED_READS.contains(&res.as_str()),
+            "clusterPermissions grant {res}"
+        );
+        for v in verbs {
+            assert!(["get", "list", "watch"].contains(&v.as_str()), "{res}: {v}");
+        }
+    }
+    // permissions: every namespaced right; no cluster-scoped kind (OLM would make it a
+    // Role, where it grants nothing).
+    let namespaced = rule_resources(&install["permissions"][0]["rules"]);
+    for (_, res, _) in &namespaced {
+        assert!(!CLUSTER_SCOPED_READS.contains(&res.as_str()), "{res}");
+    }
+    let has = |res: &str, verb: &str| {
+        namespaced
+            .iter()
+            .any(|(_, r, v)| r == res && v.iter().any(|x| x == verb))
+    };
+    for (res, verb) in [
+        ("lokistacks", "watch"),
+        ("lokistacks/status", "patch"),
+        ("pods", "patch"),
+        ("statefulsets", "create"),
+        ("events", "create"),
+        ("leases", "update"),
+        ("secrets", "get"),
+    ] {
+        assert!(has(res, verb), "permissions lack {verb} {res}");
+    }
+    assert!(!has("secrets", "list") && !has("secrets", "watch"));
+}
+
+#[test]
+fn secrets_are_only_read_by_name_in_every_install() {
+    let dir = scratch("secrets-namespaced");
+    bundle::write_namespaced_overlay(&dir, &["team-a"], "").expect("overlay");
+    let installs = [
+        ("make deploy", kustomize_operator().expect("kustomize")),
+        ("namespaced", kustomize(&dir).expect("kustomize")),
+    ];
+    let csv = csv();
+    let install = &csv["spec"]["install"]["spec"];
+    let mut rules: Vec<(String, Value)> = installs
+        .iter()
+        .flat_map(|(name, objects)| {
+            objects
+                .iter()
+                .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+                .map(move |o| {
+                    (
+                        format!("{name} {}", o["metadata"]["name"]),
+                        o["rules"].clone(),
+                    )
+                })
+        })
+        .collect();
+    rules.push((
+        "CSV permissions".into(),
+        install["permissions"][0]["rules"].clone(),
+    ));
+    rules.push((
+        "CSV clusterPermissions".into(),
+        install["clusterPermissions"][0]["rules"].clone(),
+    ));
+    let mut readers = 0;
+    for (name, r) in rules {
+        for (_, res, verbs) in rule_resources(&r) {
+            if res == "secrets" {
+                assert_eq!(verbs, vec!["get"], "{name}");
+                readers += 1;
+            }
+            assert!(
+                res != "*" && !verbs.iter().any(|v| v == "*"),
+                "{name}: wildcard"
+            );
+        }
+    }
+    assert_eq!(
+        readers, 3,
+        "the ClusterRole, the namespace's Role and the CSV"
+    );
+}
+
+#[test]
+fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
+    let dir = scratch("namespaced");
+    bundle::write_namespaced_overlay(&dir, &["team-a", "team-b"], "").expect("overlay");
+    let objects = kustomize(&dir).expect("kustomize");
+    let base = kustomize_operator().expect("kustomize");
+    let namespaced_rules = &bundle::named(&base, "ClusterRole", bundle::NAMESPACED_RULES)
+        .expect("ClusterRole")["rules"];
+    // No ClusterRole but the cluster reads; a Role with the very rules of the default
+    // install's ClusterRole in each watched namespace, bound to the operator.
+    let cluster_roles: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole")
+        .collect();
+    assert_eq!(cluster_roles.len(), 1);
+    assert_eq!(cluster_roles[0]["metadata"]["name"], bundle::CLUSTER_READER);
+    for (_, res, verbs) in rule_resources(&cluster_roles[0]["rules"]) {
+        assert!(CLUSTER_SCOPED_READS.contains(&res.as_str()), "{res}");
+        assert!(verbs
+            .iter()
+            .all(|v| ["get", "list", "watch"].contains(&v.as_str())));
+    }
+    let bindings: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding")
+        .collect();
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(bindings[0]["roleRef"]["name"], bundle::CLUSTER_READER);
+    for ns in ["team-a", "team-b"] {
+        let in_ns = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind && o["metadata"]["namespace"] == ns)
+                .unwrap_or_else(|| panic!("no {kind} in {ns}"))
+        };
+        assert_eq!(&in_ns("Role")["rules"], namespaced_rules, "{ns}");
+        let rb = in_ns("RoleBinding");
+        assert_eq!(rb["roleRef"]["kind"], "Role");
+        assert_eq!(
+            rb["subjects"][0],
+            json!({"kind": "ServiceAccount", "name": "loki-zone-operator", "namespace": BASE_NAMESPACE})
+        );
+    }
+    let d = deployment(&objects);
+    assert_eq!(env_value(d, "WATCH_NAMESPACES"), "team-a,team-b");
+    let parsed = loki_zone_operator::controller::scope::Scope::parse("team-a,team-b");
+    assert!(parsed.is_ok_and(|s| s.contains("team-b") && !s.contains("default")));
+    // The component alone leaves a placeholder the operator refuses, naming it.
+    let bare = scratch("namespaced-bare");
+    write_overlay(&bare, &["namespaced"], "").expect("overlay");
+    let objects = kustomize(&bare).expect("kustomize");
+    let placeholder = env_value(deployment(&objects), "WATCH_NAMESPACES");
+    assert!(placeholder.starts_with("SET-ME"), "{placeholder}");
+    assert!(loki_zone_operator::controller::scope::Scope::parse(placeholder).is_err());
 }
 
 #[test]
@@ -608,12 +793,32 @@ fn csv_install_equals_the_kustomize_install() {
             .expect(kind)
             .clone()
     };
+    let cluster_role = |name: &str| {
+        bundle::named(&objects, "ClusterRole", name)
+            .expect("ClusterRole")
+            .clone()
+    };
     assert_eq!(
         install["clusterPermissions"][0]["rules"],
-        get("ClusterRole")["rules"]
+        cluster_role(bundle::CLUSTER_READER)["rules"]
     );
-    assert_eq!(install["permissions"][0]["rules"], get("Role")["rules"]);
-    assert_eq!(install["deployments"][0]["spec"], get("Deployment")["spec"]);
+    let mut permissions = cluster_role(bundle::NAMESPACED_RULES)["rules"]
+        .as_array()
+        .cloned()
+        .expect("rules");
+    permissions.extend(get("Role")["rules"].as_array().cloned().expect("rules"));
+    assert_eq!(
+        install["permissions"][0]["rules"],
+        Value::Array(permissions)
+    );
+    assert_eq!(
+        install["deployments"][0]["spec"],
+        bundle::olm_deployment_spec(&get("Deployment")).expect("deployment")
+    );
+    assert_eq!(
+        install["permissions"][0]["serviceAccountName"],
+        get("ServiceAccount")["metadata"]["name"]
+    );
     assert_eq!(
         install["clusterPermissions"][0]["serviceAccountName"],
         get("ServiceAccount")["metadata"]["name"]
@@ -777,7 +982,10 @@ fn a_namespace_overlay_moves_every_object_and_subject() {
     let objects = bundle::parse_stream(&text).expect("yaml");
     assert_all_in_namespace(&objects, "logging-ops");
     let bindings = objects.iter().filter(|o| o["subjects"].is_array()).count();
-    assert_eq!(bindings, 3, "both base bindings and the recovery binding");
+    assert_eq!(
+        bindings, 4,
+        "the three base bindings and the recovery binding"
+    );
 }
 
 #[test]
@@ -790,7 +998,12 @@ fn optional_pieces_are_components() {
     names.sort();
     assert_eq!(
         names,
-        vec!["high-availability", "monitoring", "zone-outage-recovery"]
+        vec![
+            "high-availability",
+            "monitoring",
+            "namespaced",
+            "zone-outage-recovery"
+        ]
     );
     for name in &names {
         let k = yaml(&read(&format!(
@@ -1058,6 +1271,7 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
             BTreeSet::from([
                 ".spec.customresourcedefinitions.owned[].resources[].name".to_string(),
                 ".spec.install.spec.clusterPermissions[].rules[].apiGroups[]".to_string(),
+                ".spec.install.spec.permissions[].rules[].apiGroups[]".to_string(),
             ])
         );
         let spec = &olm_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
@@ -1070,10 +1284,12 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
             &spec["customresourcedefinitions"]["properties"]["owned"]["items"]["properties"]
                 ["resources"]["items"]["properties"]["name"]
         ));
-        assert!(plain(
-            &spec["install"]["properties"]["spec"]["properties"]["clusterPermissions"]["items"]
-                ["properties"]["rules"]["items"]["properties"]["apiGroups"]["items"]
-        ));
+        for perms in ["clusterPermissions", "permissions"] {
+            assert!(plain(
+                &spec["install"]["properties"]["spec"]["properties"][perms]["items"]["properties"]
+                    ["rules"]["items"]["properties"]["apiGroups"]["items"]
+            ));
+        }
     }
     let created = dry_run_create(&client, &csv_resource, "olm-bundle", &csv).await;
     assert_eq!(created, Ok(()), "OLM's CSV schema rejects the bundle's CSV");
@@ -1089,6 +1305,23 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
         refused.as_ref().is_err_and(|e| e.contains("name")),
         "a CSV without resources[].name was accepted: {refused:?}"
     );
+
+    // The Deployment OLM makes of the CSV is valid, WATCH_NAMESPACES from the downward
+    // API included; the server checks that field path (a wrong one is refused).
+    let apps = api_resource("apps", "v1", "Deployment", "deployments");
+    let mut olm_deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "loki-zone-operator"},
+        "spec": csv["spec"]["install"]["spec"]["deployments"][0]["spec"],
+    });
+    let created = dry_run_create(&client, &apps, "olm-bundle", &olm_deployment).await;
+    assert_eq!(created, Ok(()), "the CSV's Deployment is refused");
+    let env = &mut olm_deployment["spec"]["template"]["spec"]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "WATCH_NAMESPACES");
+    env["valueFrom"]["fieldRef"]["fieldPath"] = json!("metadata.annotations.olm");
+    let refused = dry_run_create(&client, &apps, "olm-bundle", &olm_deployment).await;
+    assert!(refused.is_err(), "a wrong fieldPath was accepted");
 
     // Every example is a LokiStack the API server accepts against our CRD.
     let stack = api_resource("loki.grafana.com", "v1", "LokiStack", "lokistacks");
@@ -1130,6 +1363,7 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
     assert_eq!(sa.trim(), "serviceaccount/loki-zone-operator");
     for binding in [
         "clusterrolebinding/loki-zone-operator",
+        "clusterrolebinding/loki-zone-operator-cluster-reader",
         "clusterrolebinding/loki-zone-operator-zone-outage-recovery",
     ] {
         let ns = kubectl(

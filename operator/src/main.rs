@@ -5,6 +5,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use loki_zone_operator::cli::{self, RenderRequest};
+use loki_zone_operator::controller::scope::Scope;
 use loki_zone_operator::render::{self, ServerCapabilities, Settings};
 use loki_zone_operator::waitzone;
 
@@ -75,6 +76,19 @@ struct RunArgs {
     identity: Option<String>,
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
+    /// Run only the stacks of these namespaces (comma-separated), with Roles there
+    /// instead of cluster-wide rights; empty: every namespace. OLM sets it from the
+    /// `olm.targetNamespaces` annotation.
+    #[arg(long, env = "WATCH_NAMESPACES", default_value = "", value_parser = parse_scope)]
+    watch_namespaces: Scope,
+    /// How often the storage Secrets that stacks name are read again: the operator may
+    /// only `get` Secrets by name, so a change is seen at the next read.
+    #[arg(long, env = "SECRET_POLL_INTERVAL", default_value = "10s", value_parser = waitzone::parse_duration)]
+    secret_poll_interval: Duration,
+}
+
+fn parse_scope(s: &str) -> Result<Scope, String> {
+    Scope::parse(s).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -188,6 +202,8 @@ impl RunArgs {
             metrics_addr: self.metrics_addr,
             leader,
             identity,
+            scope: self.watch_namespaces,
+            secret_poll: self.secret_poll_interval,
         }
     }
 }

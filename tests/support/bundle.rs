@@ -1,6 +1,12 @@
 //! The OLM bundle (registry+v1), generated from `manifests/`: the CSV's permissions and
-//! deployment are exactly the kustomize output's ClusterRole, Role and Deployment, so the
-//! two install paths cannot drift apart.
+//! deployment are exactly the kustomize output's ClusterRoles, Role and Deployment, so
+//! the two install paths cannot drift apart.
+//!
+//! OLM turns `permissions` into Roles in each target namespace of the OperatorGroup (and
+//! the operator's own), or into ClusterRoles for AllNamespaces; `clusterPermissions` are
+//! always ClusterRoles. So the namespaced rules (ClusterRole `loki-zone-operator` of the
+//! kustomize install, plus the leader-election Role) go to `permissions`, and only the
+//! cluster-scoped reads (`loki-zone-operator-cluster-reader`) to `clusterPermissions`.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,6 +35,36 @@ pub const CHILD_KINDS: [&str; 6] = [
 /// OLM installs the CRD as it is, CEL rules included: those need Kubernetes 1.25.
 pub const MIN_KUBE_VERSION: &str = "1.25.0";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The ClusterRole of the namespaced rules, which OLM grants per target namespace.
+pub const NAMESPACED_RULES: &str = "loki-zone-operator";
+/// The ClusterRole of the cluster-scoped reads, cluster-wide in every install mode.
+pub const CLUSTER_READER: &str = "loki-zone-operator-cluster-reader";
+/// The annotation OLM sets on the operator's pods: the OperatorGroup's target
+/// namespaces, comma-separated, empty for AllNamespaces.
+pub const OLM_TARGET_NAMESPACES: &str = "olm.targetNamespaces";
+
+/// The kustomize Deployment as the CSV runs it: WATCH_NAMESPACES from OLM's annotation.
+pub fn olm_deployment_spec(deployment: &Value) -> Result<Value> {
+    let mut spec = deployment["spec"].clone();
+    let env = spec["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .context("env of the operator container")?;
+    env.insert(
+        0,
+        json!({"name": "WATCH_NAMESPACES", "valueFrom": {"fieldRef": {
+            "fieldPath": format!("metadata.annotations['{OLM_TARGET_NAMESPACES}']")
+        }}}),
+    );
+    Ok(spec)
+}
+
+/// The object of `kind` named `name` in `objects`.
+pub fn named<'a>(objects: &'a [Value], kind: &str, name: &str) -> Result<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .with_context(|| format!("no {kind} {name} in manifests/operator"))
+}
 
 /// The files of the bundle: (path relative to the repository root, content).
 pub fn files() -> Result<Vec<(String, String)>> {
@@ -41,8 +77,11 @@ pub fn files() -> Result<Vec<(String, String)>> {
             .with_context(|| format!("no {kind} in manifests/operator"))
     };
     let deployment = find("Deployment")?;
-    let cluster_role = find("ClusterRole")?;
+    let cluster_reader = named(&objects, "ClusterRole", CLUSTER_READER)?;
+    let namespaced = named(&objects, "ClusterRole", NAMESPACED_RULES)?;
     let role = find("Role")?;
+    let mut permissions = namespaced["rules"].as_array().cloned().unwrap_or_default();
+    permissions.extend(role["rules"].as_array().cloned().unwrap_or_default());
     let service_account = find("ServiceAccount")?;
     let sa = service_account["metadata"]["name"].clone();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -100,12 +139,12 @@ pub fn files() -> Result<Vec<(String, String)>> {
             "maintainers": [{"name": "loki-zone-operator maintainers", "email": "maintainers@loki-zone-operator.invalid"}],
             "links": [{"name": "Documentation", "url": "https://github.com/loki-zone-operator/loki-zone-operator/tree/main/docs"}],
             "icon": [{"base64data": icon, "mediatype": ICON_MEDIATYPE}],
-            // The operator watches LokiStacks in every namespace and its RBAC is
-            // cluster-wide: it cannot be confined to a set of namespaces.
+            // The operator runs the stacks of the namespaces WATCH_NAMESPACES names,
+            // which the Deployment takes from OLM's olm.targetNamespaces annotation.
             "installModes": [
-                {"type": "OwnNamespace", "supported": false},
-                {"type": "SingleNamespace", "supported": false},
-                {"type": "MultiNamespace", "supported": false},
+                {"type": "OwnNamespace", "supported": true},
+                {"type": "SingleNamespace", "supported": true},
+                {"type": "MultiNamespace", "supported": true},
                 {"type": "AllNamespaces", "supported": true},
             ],
             "customresourcedefinitions": {"owned": [{
@@ -134,12 +173,12 @@ pub fn files() -> Result<Vec<(String, String)>> {
                 ],
             }]},
             "install": {"strategy": "deployment", "spec": {
-                "clusterPermissions": [{"serviceAccountName": sa, "rules": cluster_role["rules"]}],
-                "permissions": [{"serviceAccountName": sa, "rules": role["rules"]}],
+                "clusterPermissions": [{"serviceAccountName": sa, "rules": cluster_reader["rules"]}],
+                "permissions": [{"serviceAccountName": sa, "rules": permissions}],
                 "deployments": [{
                     "name": deployment["metadata"]["name"],
                     "label": deployment["metadata"]["labels"],
-                    "spec": deployment["spec"],
+                    "spec": olm_deployment_spec(&deployment)?,
                 }],
             }},
             "relatedImages": [
@@ -279,4 +318,36 @@ fn relative(from: &Path, to: &Path) -> String {
             .map(|c| c.as_os_str().to_string_lossy().into_owned()),
     );
     parts.join("/")
+}
+
+/// The namespaced-mode overlay docs/install.md shows, written into `dir`:
+/// `manifests/operator` with the `namespaced` component, one kustomization per watched
+/// namespace instantiating `manifests/watched-namespace` there, and WATCH_NAMESPACES
+/// set to them; `body` is appended to the top kustomization (e.g. `namePrefix:`).
+pub fn write_namespaced_overlay(dir: &Path, namespaces: &[&str], body: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let dir = dir.canonicalize()?;
+    let manifests = repo_root().join("manifests").canonicalize()?;
+    let mut resources = String::new();
+    for ns in namespaces {
+        let sub = dir.join(ns);
+        std::fs::create_dir_all(&sub)?;
+        let rel = relative(&sub, &manifests);
+        std::fs::write(
+            sub.join("kustomization.yaml"),
+            format!("namespace: {ns}\nresources:\n- {rel}/watched-namespace\n"),
+        )?;
+        resources.push_str(&format!("- {ns}\n"));
+    }
+    let patch = format!(
+        "patches:\n- target:\n    kind: Deployment\n    name: loki-zone-operator\n  patch: |-\n    apiVersion: apps/v1\n    kind: Deployment\n    metadata:\n      name: loki-zone-operator\n    spec:\n      template:\n        spec:\n          containers:\n          - name: manager\n            env:\n            - name: WATCH_NAMESPACES\n              value: {}\n",
+        namespaces.join(",")
+    );
+    write_overlay(&dir, &["namespaced"], &format!("{patch}{body}"))?;
+    // write_overlay wrote `resources:` first; the watched namespaces join that list.
+    let path = dir.join("kustomization.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    let text = text.replacen("/operator\n", &format!("/operator\n{resources}"), 1);
+    std::fs::write(&path, text)?;
+    Ok(())
 }

@@ -4,6 +4,10 @@
 //! flat: nodes keep labels, taints, cordon and readiness; pods keep metadata, node and
 //! phase; Secrets keep their key names, never their values; children keep metadata only.
 //! Every change maps to the stacks it concerns and goes into one trigger stream.
+//!
+//! Namespaced kinds are watched in the namespaces of the [`Scope`] only (one store per
+//! kind, fed by one watch per namespace: see `scope.rs`); Secrets are not watched at
+//! all but read by name (`secrets.rs`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -19,16 +23,18 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::ByteString;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
+use crate::controller::scope::{self, Scope};
+use crate::controller::secrets::SecretReader;
 use crate::controller::stacks::{
-    is_zone_aware as is_stack_zone_aware, resource, stack_ref, storage_secret_name, StackRef,
+    is_zone_aware as is_stack_zone_aware, resource, stack_ref, StackRef,
 };
 use crate::controller::takeover;
 use crate::kinds::ChildKind;
@@ -56,6 +62,7 @@ pub struct Caches {
     /// LokiStacks as stored, decoded one by one in the reconcile (see `stacks.rs`).
     pub stacks: Store<DynamicObject>,
     pub nodes: Store<Node>,
+    /// The storage Secrets stacks name, read by name (`secrets.rs`), stripped.
     pub secrets: Store<Secret>,
     /// StorageClasses: name, default annotation and binding mode.
     pub storage_classes: Store<StorageClass>,
@@ -210,7 +217,7 @@ fn stack_refs(
 }
 
 fn spawn_typed<K>(
-    api: Api<K>,
+    watches: Vec<(Option<String>, Api<K>)>,
     config: watcher::Config,
     strip: fn(&mut K),
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
@@ -218,11 +225,7 @@ fn spawn_typed<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(strip)
-        .reflect(writer);
+    let (reader, stream) = scope::reflect(watches, config, strip, ());
     let handle = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
@@ -240,6 +243,14 @@ where
         }
     });
     (reader, handle)
+}
+
+/// The one watch of a cluster-scoped kind.
+fn cluster<K>(client: &Client) -> Vec<(Option<String>, Api<K>)>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
+{
+    vec![(None, Api::all(client.clone()))]
 }
 
 /// Where cache changes go: stacks to reconcile, node names whose zone inputs changed,
@@ -264,22 +275,28 @@ pub fn is_zone_aware(pod: &Pod) -> bool {
         == Some(names::LABEL_ZONE_AWARE_VALUE)
 }
 
-/// Starts every cache; their changes go to `triggers`.
-pub fn start(
-    client: &Client,
-    stacks: Store<DynamicObject>,
-    caps: &ServerCapabilities,
-    triggers: Triggers,
-) -> (Caches, Vec<JoinHandle<()>>) {
+/// What the caches are built from: the server, the LokiStack store (which the
+/// controller fills), what this server serves, where the operator acts, and the Secrets
+/// read by name.
+pub struct Sources<'a> {
+    pub client: &'a Client,
+    pub stacks: Store<DynamicObject>,
+    pub capabilities: &'a ServerCapabilities,
+    pub scope: &'a Scope,
+    pub secrets: &'a SecretReader,
+}
+
+/// Starts every cache; their changes go to `triggers`. Namespaced kinds are watched
+/// in the scope's namespaces only; nodes, volumes and classes cluster-wide (read-only).
+pub fn start(src: Sources<'_>, triggers: Triggers) -> (Caches, Vec<JoinHandle<()>>) {
+    let (client, stacks, scope) = (src.client, src.stacks, src.scope);
     let (nodes, node_task) = watch_nodes(client, stacks.clone(), &triggers);
-    let (secrets, secret_task) = watch_secrets(client, stacks.clone(), &triggers);
     let (storage_classes, class_task) = watch_storage_classes(client, stacks.clone(), &triggers);
     let (volumes, volume_task) = watch_volumes(client, stacks.clone(), &triggers);
-    let (zone_aware_pods, zone_aware_task) = watch_pods(client, &triggers, true);
-    let (other_pods, other_task) = watch_pods(client, &triggers, false);
+    let (zone_aware_pods, zone_aware_task) = watch_pods(client, scope, &triggers, true);
+    let (other_pods, other_task) = watch_pods(client, scope, &triggers, false);
     let mut tasks = vec![
         node_task,
-        secret_task,
         class_task,
         volume_task,
         zone_aware_task,
@@ -287,15 +304,15 @@ pub fn start(
     ];
     let mut children = Vec::new();
     for kind in ChildKind::ALL {
-        let resource = kind.resource(caps);
-        let (store, task) = watch_children(client, kind, resource.clone(), &triggers);
+        let resource = kind.resource(src.capabilities);
+        let (store, task) = watch_children(client, scope, kind, resource.clone(), &triggers);
         tasks.push(task);
         children.push((kind, resource, store));
     }
     let caches = Caches {
         stacks,
         nodes,
-        secrets,
+        secrets: src.secrets.store(),
         storage_classes,
         volumes,
         zone_aware_pods,
@@ -315,7 +332,7 @@ fn watch_nodes(
     let (stack_tx, node_tx) = (triggers.stacks.clone(), triggers.nodes.clone());
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
     spawn_typed(
-        Api::<Node>::all(client.clone()),
+        cluster::<Node>(client),
         watcher::Config::default(),
         strip_node,
         move |ev| {
@@ -344,35 +361,6 @@ fn watch_nodes(
     )
 }
 
-/// Secrets: a change re-runs the stacks that name the Secret as their object storage.
-fn watch_secrets(
-    client: &Client,
-    stacks: Store<DynamicObject>,
-    triggers: &Triggers,
-) -> (Store<Secret>, JoinHandle<()>) {
-    let stack_tx = triggers.stacks.clone();
-    spawn_typed(
-        Api::<Secret>::all(client.clone()),
-        watcher::Config::default(),
-        strip_secret,
-        move |ev| {
-            let (watcher::Event::Apply(s)
-            | watcher::Event::Delete(s)
-            | watcher::Event::InitApply(s)) = ev
-            else {
-                return;
-            };
-            let (ns, name) = (s.namespace().unwrap_or_default(), s.name_any());
-            for r in stack_refs(&stacks, |st| {
-                st.namespace().as_deref() == Some(ns.as_str())
-                    && storage_secret_name(st) == Some(name.as_str())
-            }) {
-                let _ = stack_tx.send(r);
-            }
-        },
-    )
-}
-
 /// StorageClasses: a change (one created, deleted, made default) re-runs every stack;
 /// classes change rarely and every stack's claims may use any of them.
 fn watch_storage_classes(
@@ -382,7 +370,7 @@ fn watch_storage_classes(
 ) -> (Store<StorageClass>, JoinHandle<()>) {
     let stack_tx = triggers.stacks.clone();
     spawn_typed(
-        Api::<StorageClass>::all(client.clone()),
+        cluster::<StorageClass>(client),
         watcher::Config::default(),
         strip_storage_class,
         move |ev| {
@@ -416,7 +404,7 @@ fn watch_volumes(
 ) -> (Store<PersistentVolume>, JoinHandle<()>) {
     let stack_tx = triggers.stacks.clone();
     spawn_typed(
-        Api::<PersistentVolume>::all(client.clone()),
+        cluster::<PersistentVolume>(client),
         watcher::Config::default(),
         strip_volume,
         move |ev| {
@@ -466,6 +454,7 @@ pub fn strip_volume(pv: &mut PersistentVolume) {
 /// a zone-aware pod also goes to the annotator.
 fn watch_pods(
     client: &Client,
+    scope: &Scope,
     triggers: &Triggers,
     zone_aware: bool,
 ) -> (Store<Pod>, JoinHandle<()>) {
@@ -487,7 +476,10 @@ fn watch_pods(
         )
     };
     spawn_typed(
-        Api::<Pod>::all(client.clone()),
+        scope.watches(
+            || Api::all(client.clone()),
+            |ns| Api::namespaced(client.clone(), ns),
+        ),
         watcher::Config::default().labels(&selector),
         strip_pod,
         move |ev| {
@@ -517,18 +509,22 @@ fn watch_pods(
 /// deletion by someone else re-runs the owning stack, which applies it again.
 fn watch_children(
     client: &Client,
+    scope: &Scope,
     kind: ChildKind,
     resource: ApiResource,
     triggers: &Triggers,
 ) -> (ChildStore, JoinHandle<()>) {
-    let writer = reflector::store::Writer::new(resource.clone());
-    let reader = writer.as_reader();
-    let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &resource);
+    let watches = scope.watches(
+        || Api::all_with(client.clone(), &resource),
+        |ns| Api::namespaced_with(client.clone(), ns, &resource),
+    );
     let stack_tx = triggers.stacks.clone();
-    let stream = watcher(api, watcher::Config::default().labels(&managed_selector()))
-        .default_backoff()
-        .modify(|m: &mut PartialObjectMeta<DynamicObject>| takeover::keep_markers(&mut m.metadata))
-        .reflect(writer);
+    let (reader, stream) = scope::reflect(
+        watches,
+        watcher::Config::default().labels(&managed_selector()),
+        |m: &mut PartialObjectMeta<DynamicObject>| takeover::keep_markers(&mut m.metadata),
+        resource,
+    );
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(ev) = stream.next().await {

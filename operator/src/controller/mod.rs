@@ -12,6 +12,8 @@ pub mod podzone;
 pub mod reconcile;
 pub mod recovery;
 pub mod report;
+pub mod scope;
+pub mod secrets;
 pub mod server;
 pub mod stacks;
 pub mod status;
@@ -22,12 +24,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::reflector::Store;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::watch;
@@ -41,6 +44,8 @@ use crate::render::{ServerCapabilities, Settings};
 use self::leader::{Elector, LeaderConfig, LeaderError};
 use self::metrics::Metrics;
 use self::reconcile::{error_policy, reconcile, Context};
+use self::scope::Scope;
+use self::secrets::SecretReader;
 use self::stacks::StackRef;
 
 pub struct RunConfig {
@@ -51,6 +56,10 @@ pub struct RunConfig {
     /// `None` runs without leader election (a single replica, or local development).
     pub leader: Option<LeaderConfig>,
     pub identity: String,
+    /// The namespaces whose stacks the operator runs (and the only ones it writes in).
+    pub scope: Scope,
+    /// How often the storage Secrets that stacks name are read again.
+    pub secret_poll: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +157,7 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     let shutdown = shutdown_signal();
     wait_for_crd(&client, &shutdown).await?;
     let capabilities = capabilities(&client).await?;
+    info!(namespaces = %cfg.scope, "watching LokiStacks");
     let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
     let recorder = Recorder::new(
         client.clone(),
@@ -233,13 +243,16 @@ struct Running {
 struct StackController {
     controller: Controller<DynamicObject>,
     triggers: UnboundedReceiver<StackRef>,
+    secrets: SecretReader,
     ctx: Arc<Context>,
 }
 
 impl StackController {
     async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+        let stacks = self.ctx.caches.stacks.clone();
+        let triggers = UnboundedReceiverStream::new(self.triggers);
         self.controller
-            .reconcile_on(UnboundedReceiverStream::new(self.triggers))
+            .reconcile_on(read_secret_first(triggers, stacks, self.secrets))
             .graceful_shutdown_on(shutdown)
             .run(reconcile, error_policy, self.ctx)
             .for_each(|_| futures::future::ready(()))
@@ -255,6 +268,57 @@ async fn ready_when_synced(caches: caches::Caches, ready: Arc<AtomicBool>) {
     }
 }
 
+/// Passes each trigger on once the storage Secret its stack names has been read, so no
+/// reconcile sees a Secret as missing only because it was not read yet.
+fn read_secret_first(
+    triggers: impl Stream<Item = StackRef> + Send + 'static,
+    stacks: Store<DynamicObject>,
+    secrets: SecretReader,
+) -> impl Stream<Item = StackRef> + Send + 'static {
+    triggers.then(move |r| {
+        let (stacks, secrets) = (stacks.clone(), secrets.clone());
+        async move {
+            if let Some(stack) = stacks.get(&r) {
+                secrets.ensure_for(&stack).await;
+            }
+            r
+        }
+    })
+}
+
+/// The LokiStack controller over one watch per namespace of the scope (untyped, so
+/// that one stored object that does not decode stops only itself). A stack's own
+/// changes, too, reach it only after its Secret has been read.
+fn stack_controller(
+    client: &Client,
+    scope: &Scope,
+    secrets: &SecretReader,
+) -> Controller<DynamicObject> {
+    let resource = stacks::resource();
+    let watches = scope.watches(
+        || Api::all_with(client.clone(), &resource),
+        |ns| Api::namespaced_with(client.clone(), ns, &resource),
+    );
+    let (store, events) = scope::reflect(
+        watches,
+        watcher::Config::default(),
+        |_| {},
+        resource.clone(),
+    );
+    let gate = secrets.clone();
+    let changed = events.applied_objects().then(move |stack| {
+        let gate = gate.clone();
+        async move {
+            if let Ok(s) = &stack {
+                gate.ensure_for(s).await;
+            }
+            stack
+        }
+    });
+    Controller::for_stream_with(changed, store, resource)
+        .with_config(controller::Config::default().debounce(Duration::from_millis(100)))
+}
+
 /// Starts the caches and the pod annotator, and builds the controller over them.
 fn start(
     client: &Client,
@@ -267,31 +331,32 @@ fn start(
     let (stack_tx, stack_rx) = mpsc::unbounded_channel();
     let (node_tx, node_rx) = mpsc::unbounded_channel();
     let (pod_tx, pod_rx) = mpsc::unbounded_channel();
-    // Untyped, so that one stored object that does not decode stops only itself.
-    let controller = Controller::new_with(
-        Api::<DynamicObject>::all_with(client.clone(), &stacks::resource()),
-        watcher::Config::default(),
-        stacks::resource(),
-    )
-    .with_config(controller::Config::default().debounce(Duration::from_millis(100)));
+    let secrets = SecretReader::new(client.clone());
+    let controller = stack_controller(client, &cfg.scope, &secrets);
+    let (stacks, every) = (controller.store(), cfg.secret_poll);
+    let poll = secrets::poll(secrets.clone(), stacks, stack_tx.clone(), every);
     let triggers = caches::Triggers {
         stacks: stack_tx,
         nodes: node_tx,
         zone_aware_pods: pod_tx,
     };
-    let (caches, mut tasks) = caches::start(client, controller.store(), &capabilities, triggers);
+    let sources = caches::Sources {
+        client,
+        stacks: controller.store(),
+        capabilities: &capabilities,
+        scope: &cfg.scope,
+        secrets: &secrets,
+    };
+    let (caches, mut tasks) = caches::start(sources, triggers);
+    tasks.push(tokio::spawn(poll));
     let inputs = annotator::Inputs {
         pods: caches.zone_aware_pods.clone(),
         nodes: caches.nodes.clone(),
         pod_changes: pod_rx,
         node_changes: node_rx,
     };
-    tasks.push(tokio::spawn(annotator::run(
-        client.clone(),
-        inputs,
-        recorder.clone(),
-        metrics.clone(),
-    )));
+    let annotate = annotator::run(client.clone(), inputs, recorder.clone(), metrics.clone());
+    tasks.push(tokio::spawn(annotate));
     tasks.push(tokio::spawn(ready_when_synced(caches.clone(), ready)));
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -307,6 +372,7 @@ fn start(
         controller: StackController {
             controller,
             triggers: stack_rx,
+            secrets,
             ctx,
         },
         tasks,

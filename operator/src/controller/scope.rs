@@ -1,0 +1,333 @@
+//! Where the operator acts: every namespace, or only the ones `--watch-namespaces`
+//! names; and one cache store fed by one watch per namespace.
+//!
+//! Namespaced kinds (LokiStacks, pods, children) are watched in each namespace of the
+//! scope, so the operator needs only Roles there. Cluster-scoped kinds (nodes,
+//! PersistentVolumes, StorageClasses) are one watch of the whole cluster in either mode.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use futures::stream::{self, BoxStream, StreamExt};
+use kube::api::Api;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Resource;
+use serde::de::DeserializeOwned;
+
+/// The namespaces the operator watches and writes in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Every namespace: one cluster-wide watch per kind (ClusterRoles).
+    #[default]
+    All,
+    /// Only these, never empty: one watch per namespace and kind (Roles in each).
+    Namespaces(BTreeSet<String>),
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a namespace name: lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters")]
+pub struct ScopeError(String);
+
+impl Scope {
+    /// `a,b` as `--watch-namespaces` takes it and OLM's `olm.targetNamespaces`
+    /// annotation holds it; empty (OLM's AllNamespaces) is every namespace.
+    pub fn parse(list: &str) -> Result<Scope, ScopeError> {
+        let names: BTreeSet<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if let Some(bad) = names.iter().find(|n| !is_dns_label(n)) {
+            return Err(ScopeError(bad.clone()));
+        }
+        Ok(if names.is_empty() {
+            Scope::All
+        } else {
+            Scope::Namespaces(names)
+        })
+    }
+
+    pub fn contains(&self, namespace: &str) -> bool {
+        match self {
+            Scope::All => true,
+            Scope::Namespaces(names) => names.contains(namespace),
+        }
+    }
+
+    /// One `Api` per watch of a namespaced kind: the whole cluster, or each namespace
+    /// (keyed by it).
+    pub fn watches<K>(
+        &self,
+        all: impl Fn() -> Api<K>,
+        namespaced: impl Fn(&str) -> Api<K>,
+    ) -> Vec<(Option<String>, Api<K>)> {
+        match self {
+            Scope::All => vec![(None, all())],
+            Scope::Namespaces(names) => names
+                .iter()
+                .map(|n| (Some(n.clone()), namespaced(n)))
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::All => f.write_str("all namespaces"),
+            Scope::Namespaces(names) => {
+                f.write_str(&names.iter().cloned().collect::<Vec<_>>().join(","))
+            }
+        }
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    s.len() <= 63 && s.chars().all(ok_char) && !s.starts_with('-') && !s.ends_with('-')
+}
+
+/// One store fed by one watch per namespace (`None`: one watch of every namespace).
+///
+/// kube's `Writer` alone is wrong for several watches: each watch's re-list (`Init` …
+/// `InitDone`, after a restart or an expired resourceVersion) would replace the whole
+/// store and drop the other namespaces' objects until their own next event. Here a
+/// re-list replaces only the objects of its own namespace, and the store reports ready
+/// once every namespace has been listed.
+pub struct ScopedWriter<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    writer: Writer<K>,
+    reader: Store<K>,
+    dyntype: K::DynamicType,
+    /// Watches whose first list has not ended yet.
+    unlisted: HashSet<Option<String>>,
+    /// Per watch re-listing now, the objects its list has named so far.
+    relisting: HashMap<Option<String>, HashSet<ObjectRef<K>>>,
+}
+
+impl<K> ScopedWriter<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    pub fn new(dyntype: K::DynamicType, watches: impl IntoIterator<Item = Option<String>>) -> Self {
+        let writer = Writer::new(dyntype.clone());
+        let reader = writer.as_reader();
+        ScopedWriter {
+            writer,
+            reader,
+            dyntype,
+            unlisted: watches.into_iter().collect(),
+            relisting: HashMap::new(),
+        }
+    }
+
+    pub fn reader(&self) -> Store<K> {
+        self.reader.clone()
+    }
+
+    /// Applies one event of the watch of `namespace`.
+    pub fn apply(&mut self, namespace: Option<&str>, event: &watcher::Event<K>) {
+        let key = namespace.map(String::from);
+        match event {
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
+                self.writer.apply_watcher_event(event)
+            }
+            watcher::Event::Init => {
+                self.relisting.insert(key, HashSet::new());
+            }
+            watcher::Event::InitApply(obj) => {
+                let r = ObjectRef::from_obj_with(obj, self.dyntype.clone());
+                self.relisting.entry(key).or_default().insert(r);
+                self.writer
+                    .apply_watcher_event(&watcher::Event::Apply(obj.clone()));
+            }
+            watcher::Event::InitDone => {
+                let listed = self.relisting.remove(&key).unwrap_or_default();
+                let gone = self.reader.state_filter(|o| {
+                    let in_watch =
+                        namespace.is_none() || o.meta().namespace.as_deref() == namespace;
+                    in_watch && !listed.contains(&ObjectRef::from_obj_with(o, self.dyntype.clone()))
+                });
+                for o in gone {
+                    self.writer
+                        .apply_watcher_event(&watcher::Event::Delete((*o).clone()));
+                }
+                if self.unlisted.remove(&key) && self.unlisted.is_empty() {
+                    self.mark_ready();
+                }
+            }
+        }
+    }
+
+    /// kube's `Writer` turns ready at its first `InitDone`, which swaps in what came
+    /// since `Init`: so the whole store goes through as one list, in one swap.
+    fn mark_ready(&mut self) {
+        let all = self.reader.state();
+        self.writer.apply_watcher_event(&watcher::Event::Init);
+        for o in all {
+            self.writer
+                .apply_watcher_event(&watcher::Event::InitApply((*o).clone()));
+        }
+        self.writer.apply_watcher_event(&watcher::Event::InitDone);
+    }
+}
+
+pub type EventStream<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
+
+/// Watches `watches` into one store; the stream yields every event after the store has
+/// taken it (as kube's `reflect` does) and must be polled for the store to fill.
+pub fn reflect<K>(
+    watches: Vec<(Option<String>, Api<K>)>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    dyntype: K::DynamicType,
+) -> (Store<K>, EventStream<K>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let mut writer = ScopedWriter::new(dyntype, watches.iter().map(|(ns, _)| ns.clone()));
+    let reader = writer.reader();
+    let streams = watches.into_iter().map(|(ns, api)| {
+        watcher(api, config.clone())
+            .default_backoff()
+            .modify(strip)
+            .map(move |ev| (ns.clone(), ev))
+            .boxed()
+    });
+    let merged = stream::select_all(streams)
+        .map(move |(ns, ev)| {
+            if let Ok(e) = &ev {
+                writer.apply(ns.as_deref(), e);
+            }
+            ev
+        })
+        .boxed();
+    (reader, merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
+
+    fn pod(ns: &str, name: &str, rv: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p.metadata.resource_version = Some(rv.into());
+        p
+    }
+
+    fn names(store: &Store<Pod>) -> Vec<String> {
+        let mut v: Vec<String> = store
+            .state()
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{}@{}",
+                    p.namespace().unwrap_or_default(),
+                    p.name_any(),
+                    p.resource_version().unwrap_or_default()
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn list(w: &mut ScopedWriter<Pod>, ns: &str, pods: &[Pod]) {
+        w.apply(Some(ns), &watcher::Event::Init);
+        for p in pods {
+            w.apply(Some(ns), &watcher::Event::InitApply(p.clone()));
+        }
+        w.apply(Some(ns), &watcher::Event::InitDone);
+    }
+
+    fn ready(store: &Store<Pod>) -> bool {
+        store.wait_until_ready().now_or_never().is_some()
+    }
+
+    #[test]
+    fn a_relist_of_one_namespace_keeps_the_others() {
+        let mut w = ScopedWriter::<Pod>::new((), [Some("a".into()), Some("b".into())]);
+        let store = w.reader();
+        list(&mut w, "a", &[pod("a", "p1", "1"), pod("a", "p2", "1")]);
+        assert!(!ready(&store), "ready before namespace b was listed");
+        list(&mut w, "b", &[pod("b", "q1", "1")]);
+        assert!(ready(&store));
+        assert_eq!(names(&store), ["a/p1@1", "a/p2@1", "b/q1@1"]);
+        // a's watch restarts: p2 went away and p1 changed meanwhile. b's pod stays.
+        list(&mut w, "a", &[pod("a", "p1", "2"), pod("a", "p3", "1")]);
+        assert_eq!(names(&store), ["a/p1@2", "a/p3@1", "b/q1@1"]);
+        // Live events of either namespace go straight through.
+        w.apply(Some("b"), &watcher::Event::Apply(pod("b", "q2", "1")));
+        w.apply(Some("a"), &watcher::Event::Delete(pod("a", "p1", "2")));
+        assert_eq!(names(&store), ["a/p3@1", "b/q1@1", "b/q2@1"]);
+        // An empty re-list of b empties b only.
+        list(&mut w, "b", &[]);
+        assert_eq!(names(&store), ["a/p3@1"]);
+    }
+
+    #[test]
+    fn kube_writer_alone_drops_other_namespaces_on_a_relist() {
+        // Why ScopedWriter exists: the same events into one plain Writer lose a's pods.
+        let mut w = Writer::<Pod>::new(());
+        let store = w.as_reader();
+        for (ns, pods) in [
+            ("a", vec![pod("a", "p1", "1")]),
+            ("b", vec![pod("b", "q1", "1")]),
+        ] {
+            w.apply_watcher_event(&watcher::Event::Init);
+            for p in pods {
+                w.apply_watcher_event(&watcher::Event::InitApply(p));
+            }
+            w.apply_watcher_event(&watcher::Event::InitDone);
+            assert!(names(&store).iter().all(|n| n.starts_with(ns)));
+        }
+    }
+
+    #[test]
+    fn one_cluster_wide_watch_is_ready_after_its_list() {
+        let mut w = ScopedWriter::<Pod>::new((), [None]);
+        let store = w.reader();
+        w.apply(None, &watcher::Event::Init);
+        w.apply(None, &watcher::Event::InitApply(pod("a", "p", "1")));
+        w.apply(None, &watcher::Event::InitApply(pod("b", "q", "1")));
+        assert!(!ready(&store));
+        w.apply(None, &watcher::Event::InitDone);
+        assert!(ready(&store));
+        assert_eq!(names(&store), ["a/p@1", "b/q@1"]);
+        w.apply(None, &watcher::Event::Init);
+        w.apply(None, &watcher::Event::InitApply(pod("b", "q", "2")));
+        w.apply(None, &watcher::Event::InitDone);
+        assert_eq!(names(&store), ["b/q@2"]);
+    }
+
+    #[test]
+    fn scopes_parse_as_olm_writes_them() {
+        assert_eq!(Scope::parse(""), Ok(Scope::All));
+        assert_eq!(Scope::parse(" , "), Ok(Scope::All));
+        let s = Scope::parse("team-b, team-a,team-b").expect("scope");
+        assert_eq!(
+            s,
+            Scope::Namespaces(["team-a".to_string(), "team-b".to_string()].into())
+        );
+        assert!(s.contains("team-a") && !s.contains("team-c"));
+        assert!(Scope::All.contains("anything"));
+        assert_eq!(s.to_string(), "team-a,team-b");
+        for bad in ["Team", "a_b", "-a", "a-", &"x".repeat(64)] {
+            assert!(Scope::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
