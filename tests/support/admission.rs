@@ -598,18 +598,23 @@ pub fn published_examples() -> Result<Vec<(String, Value)>> {
     Ok(out)
 }
 
-/// `spec.replication.zones[0].maxSkew` -> `spec.replication.zones.maxSkew`.
+/// `spec.replication.zones[0].maxSkew` -> `spec.replication.zones.maxSkew`. Only numeric
+/// indexes go: a message listing several errors is itself wrapped in `[...]`.
 pub fn unindexed(path: &str) -> String {
     let mut out = String::new();
-    let mut skipping = false;
-    for c in path.chars() {
-        match c {
-            '[' => skipping = true,
-            ']' if skipping => skipping = false,
-            _ if !skipping => out.push(c),
-            _ => {}
+    let mut rest = path;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits > 0 && after[digits..].starts_with(']') {
+            rest = &after[digits + 1..];
+        } else {
+            out.push('[');
+            rest = after;
         }
     }
+    out.push_str(rest);
     out
 }
 
@@ -674,5 +679,29 @@ pub fn expect_rejected(
             case.name,
             case.field
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unindexed_drops_only_list_indexes() {
+        assert_eq!(unindexed("a.zones[0].maxSkew"), "a.zones.maxSkew");
+        assert_eq!(unindexed("a.b[12][3].c"), "a.b.c");
+        assert_eq!(
+            unindexed("[spec.zones[1].key: bad, spec.x: worse]"),
+            "[spec.zones.key: bad, spec.x: worse]"
+        );
+        assert_eq!(unindexed("[x"), "[x");
+    }
+
+    #[test]
+    fn a_field_is_named_with_or_without_its_index() {
+        let m = "[spec.replication.zones.topologyKey: Invalid value: \"\"]";
+        assert!(names_field(m, "spec.replication.zones[0].topologyKey"));
+        assert!(names_field("spec.z[0].k: x", "spec.z[0].k"));
+        assert!(!names_field("spec.z[0].other: x", "spec.z[0].k"));
     }
 }
