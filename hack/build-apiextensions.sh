@@ -104,6 +104,8 @@ Acquire::Languages "none";
 // Signatures are still checked; a mirror or snapshot proxy may serve a Release past
 // its Valid-Until, and the sources it signs are what we want either way.
 Acquire::Check-Valid-Until "false";
+// A source that cannot be fetched is an error, not a warning with stale lists.
+APT::Update::Error-Mode "any";
 // The private directories belong to whoever runs this, not to apt's _apt user.
 APT::Sandbox::User "$(id -un)";
 CONF
@@ -112,6 +114,8 @@ private_apt() { APT_CONFIG="$apt_dir/apt.conf" apt-get -q "$@"; }
 log "updating the private apt lists for Debian sid"
 private_apt update >"$ROOT/apt-update.log" 2>&1 \
   || { log "apt-get update against sid failed (no network?):"; tail -n 5 "$ROOT/apt-update.log" >&2; exit 1; }
+compgen -G "$apt_dir/state/lists/*_sid_main_binary-amd64_Packages*" >/dev/null \
+  || { log "no package list for sid after apt-get update (no network?); see $ROOT/apt-update.log"; exit 1; }
 
 debs=("${DEBS[@]}")
 # The toolchain: the compiler and the standard library's sources.
