@@ -408,7 +408,8 @@ fn join(path: &str, child: &str) -> String {
     }
 }
 
-const BOUNDS: [&str; 7] = [
+const BOUNDS: [&str; 8] = [
+    "format",
     "minimum",
     "maximum",
     "minLength",
@@ -420,7 +421,9 @@ const BOUNDS: [&str; 7] = [
 
 fn constraints(node: &Value, path: &str, out: &mut BTreeSet<Constraint>) {
     for b in BOUNDS {
-        if node.get(b).is_some() {
+        // An integer's format (int32) is its width, which the bounds already cover.
+        let width = b == "format" && node["type"] != "string";
+        if node.get(b).is_some() && !width {
             out.insert((path.to_string(), b.to_string()));
         }
     }
@@ -514,6 +517,8 @@ fn breaks(schema: &Value, case: &Invalid) -> Result<Vec<Constraint>> {
                     add("maxLength");
                 } else if node.get("enum").is_some() {
                     add("enum");
+                } else if node["format"] == "date" && date_shaped(s) {
+                    add("format");
                 } else if node.get("pattern").is_some() && case.cel_message.is_none() {
                     add("pattern");
                 }
@@ -531,6 +536,18 @@ fn breaks(schema: &Value, case: &Invalid) -> Result<Vec<Constraint>> {
         ));
     }
     Ok(out)
+}
+
+/// `NNNN-NN-NN`: what the date pattern admits; a format error if it is no calendar day.
+fn date_shaped(s: &str) -> bool {
+    s.len() == 10
+        && s.char_indices().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                c == '-'
+            } else {
+                c.is_ascii_digit()
+            }
+        })
 }
 
 /// The path of the schema node that carries the CEL rule with this message.

@@ -222,7 +222,9 @@ pub struct ObjectStorageSchema {
     /// The schema version of this period.
     pub version: ObjectStorageSchemaVersion,
     /// The first day (UTC, YYYY-MM-DD) this schema applies to.
-    #[schemars(regex(pattern = r"^([0-9]{4,})([-]([0-9]{2})){2}$"))]
+    // The pattern is the Go Loki Operator's; the format makes the API server check the
+    // calendar too (2024-02-31 is no day), as the reconciler does.
+    #[schemars(regex(pattern = r"^([0-9]{4,})([-]([0-9]{2})){2}$"), extend("format" = "date"))]
     pub effective_date: String,
 }
 

@@ -220,6 +220,13 @@ fn storage(t: &mut Table) {
             )
         },
     );
+    // The pattern alone admits it; the format checks the calendar.
+    t.case(
+        "schema-date-not-a-day",
+        "spec.storage.schemas[0].effectiveDate",
+        EVERY_SERVER,
+        |v| set(v, "storage.schemas", schema("v13", "2024-02-31")),
+    );
     t.case(
         "no-schema-date",
         "spec.storage.schemas[0].effectiveDate",
