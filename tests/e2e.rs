@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use loki_zone_operator::api::LokiStack;
+use loki_zone_operator_tests::admission;
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
@@ -706,159 +707,58 @@ async fn deleting_a_stack_collects_children_but_keeps_pvcs(env: &mut Env) -> Res
 }
 
 /// 10. Invalid specs are rejected by the API server with the field named; the CEL rules,
-/// which 1.20 ignores, are reported by the reconciler instead.
+/// which 1.20 ignores, are reported by the reconciler instead. Valid specs (the samples,
+/// values at every bound) are admitted. The table is shared with `tests/admission.rs`,
+/// which runs it against a current API server.
 async fn invalid_specs_are_rejected_with_the_field_named(env: &mut Env) -> Result<()> {
     let ns = "e2e-invalid";
     namespace(env, ns).await?;
-    let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), ns);
-    let zones = |z: Value| json!({"zones": z});
-    let cases = [
-        (
-            "bad-size",
-            stack_json("bad-size", "2x.huge", Value::Null),
-            "spec.size",
-        ),
-        (
-            "bad-skew",
-            stack_json(
-                "bad-skew",
-                "1x.demo",
-                zones(json!([{"topologyKey": ZONE, "maxSkew": 0}])),
-            ),
-            "spec.replication.zones.maxSkew",
-        ),
-        (
-            "bad-factor",
-            stack_json("bad-factor", "1x.demo", json!({"factor": 0})),
-            "spec.replication.factor",
-        ),
-        (
-            "bad-key",
-            stack_json(
-                "bad-key",
-                "1x.demo",
-                zones(json!([{"topologyKey": "not a label"}])),
-            ),
-            "spec.replication.zones.topologyKey",
-        ),
-        (
-            "many-zones",
-            stack_json(
-                "many-zones",
-                "1x.demo",
-                zones(
-                    json!([{"topologyKey": "a"}, {"topologyKey": "b"}, {"topologyKey": "c"}, {"topologyKey": "d"}]),
-                ),
-            ),
-            "spec.replication.zones",
-        ),
-        (
-            "bad-type",
-            {
-                let mut v = stack_json("bad-type", "1x.demo", Value::Null);
-                v["spec"]["storage"]["secret"]["type"] = json!("ftp");
-                v
-            },
-            "spec.storage.secret.type",
-        ),
-        // List maps: every server rejects a key given twice, naming the entry.
-        (
-            "dup-keys",
-            stack_json(
-                "dup-keys",
-                "1x.demo",
-                zones(json!([{"topologyKey": ZONE}, {"topologyKey": ZONE}])),
-            ),
-            "spec.replication.zones[1]",
-        ),
-        (
-            "dup-dates",
-            {
-                let mut v = stack_json("dup-dates", "1x.demo", Value::Null);
-                v["spec"]["storage"]["schemas"] = json!([
-                    {"version": "v13", "effectiveDate": "2024-04-02"},
-                    {"version": "v13", "effectiveDate": "2024-04-02"},
-                ]);
-                v
-            },
-            "spec.storage.schemas[1]",
-        ),
-    ];
-    // 1.20 names a list item's field without its index (zones.maxSkew), current servers
-    // with it (zones[0].maxSkew): both name the field.
-    let unindexed = |m: &str| {
-        let mut out = String::new();
-        let mut skipping = false;
-        for c in m.chars() {
-            match c {
-                '[' => skipping = true,
-                ']' if skipping => skipping = false,
-                _ if !skipping => out.push(c),
-                _ => {}
-            }
-        }
-        out
-    };
-    for (name, body, field) in cases {
-        // Sent as raw JSON: the typed API could not even hold some of these values.
-        let req = http_post(&api, ns, &body).await;
-        match req {
-            Err(kube::Error::Api(e)) => ensure!(
-                e.code == 422
-                    && (e.message.contains(field) || unindexed(&e.message).contains(field)),
-                "{name}: {} {}",
-                e.code,
-                e.message
-            ),
-            Err(e) => bail!("{name}: unexpected error {e}"),
-            Ok(()) => bail!("{name}: the API server accepted an invalid spec"),
+    let mut left_to_reconciler = Vec::new();
+    let invalid = admission::invalid_cases();
+    let total = invalid.len();
+    for case in invalid {
+        let created = admission::create(&env.admin, ns, &case.body, false).await;
+        if env.minor >= case.rejected_since {
+            admission::expect_rejected(&case, env.minor, created)?;
+        } else {
+            created.with_context(|| {
+                format!(
+                    "{}: 1.{} should accept what only CEL rejects",
+                    case.name, env.minor
+                )
+            })?;
+            left_to_reconciler.push(case);
         }
     }
-    // Cross-field rules are CEL (1.25+). On 1.20 the API server accepts them; the
-    // reconciler reports them. On a newer server, admission rejects them.
-    let both = {
-        let mut v = stack_json("both-factors", "1x.demo", json!({"factor": 2}));
-        v["spec"]["replicationFactor"] = json!(2);
-        v
-    };
-    for (name, body, field) in [("both-factors", both, "spec.replicationFactor")] {
-        let created = http_post(&api, ns, &body).await;
-        if env.minor >= 25 {
-            ensure!(
-                matches!(created, Err(kube::Error::Api(ref e)) if e.code == 422),
-                "{name}: CEL rule not enforced at admission"
-            );
-            continue;
-        }
-        created.with_context(|| format!("{name}: 1.20 should accept what only CEL rejects"))?;
-        let s = wait_condition(env, ns, name, "Degraded", Some("InvalidSpec")).await?;
+    for case in &left_to_reconciler {
+        let s = wait_condition(env, ns, &case.name, "Degraded", Some("InvalidSpec")).await?;
         let msg = &condition(&s, "Degraded").context("degraded")?.message;
         ensure!(
-            msg.contains(field),
-            "{name}: message does not name {field}: {msg}"
-        );
-        ensure!(
-            workloads(env, ns).await?.is_empty(),
-            "{name}: applied an invalid spec"
+            admission::names_field(msg, &case.field),
+            "{}: message does not name {}: {msg}",
+            case.name,
+            case.field
         );
     }
+    ensure!(
+        workloads(env, ns).await?.is_empty(),
+        "an invalid spec was applied"
+    );
+    // A dry run: admitted, validated, never stored, so the operator starts nothing.
+    let valid = admission::valid_cases()?;
+    for case in &valid {
+        admission::create(&env.admin, ns, &case.body, true)
+            .await
+            .with_context(|| format!("{}: a valid spec was rejected", case.name))?;
+    }
+    println!(
+        "    on 1.{}: {} invalid specs rejected at admission, {} accepted and reported by the reconciler, {} valid specs admitted",
+        env.minor,
+        total - left_to_reconciler.len(),
+        left_to_reconciler.len(),
+        valid.len()
+    );
     Ok(())
-}
-
-async fn http_post(
-    api: &Api<LokiStack>,
-    _ns: &str,
-    body: &Value,
-) -> std::result::Result<(), kube::Error> {
-    let obj: kube::api::DynamicObject =
-        serde_json::from_value(body.clone()).map_err(kube::Error::SerdeError)?;
-    let ar = kube::api::ApiResource::erase::<LokiStack>(&());
-    let dynamic: Api<kube::api::DynamicObject> =
-        Api::namespaced_with(api.clone().into_client(), _ns, &ar);
-    dynamic
-        .create(&PostParams::default(), &obj)
-        .await
-        .map(|_| ())
 }
 
 /// 11. Idle is free: with nothing changing, resyncs send no write request.

@@ -8,9 +8,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::{CustomResource, KubeSchema};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +72,33 @@ impl JsonSchema for KeptObject {
     }
 }
 
+/// The CRD. kube-derive leaves `metadata` out of the root schema; it is declared here with
+/// its name alone (the one field Kubernetes lets a CRD describe there), because a CEL
+/// rule's `fieldPath` must point into the schema: without it, current servers reject a
+/// long name without naming `metadata.name`.
+pub fn crd() -> CustomResourceDefinition {
+    let mut crd = LokiStack::crd();
+    let string = JSONSchemaProps {
+        type_: Some("string".into()),
+        ..JSONSchemaProps::default()
+    };
+    let metadata = JSONSchemaProps {
+        type_: Some("object".into()),
+        properties: Some(BTreeMap::from([("name".to_string(), string)])),
+        ..JSONSchemaProps::default()
+    };
+    for version in &mut crd.spec.versions {
+        let root = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut());
+        if let Some(properties) = root.and_then(|r| r.properties.as_mut()) {
+            properties.insert("metadata".to_string(), metadata.clone());
+        }
+    }
+    crd
+}
+
 /// LokiStack is a Loki deployment: its size, its object storage and how it replicates.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -86,7 +116,7 @@ impl JsonSchema for KeptObject {
     printcolumn = r#"{"name":"Tolerated","type":"integer","jsonPath":".status.replication.zoneFailuresTolerated"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new(RULE_NAME_LENGTH).message(RULE_NAME_LENGTH_MSG)
+    validation = Rule::new(RULE_NAME_LENGTH).message(RULE_NAME_LENGTH_MSG).field_path(".metadata.name")
 )]
 #[x_kube(validation = Rule::new(RULE_REPLICATION_EXCLUSIVE).message(RULE_REPLICATION_EXCLUSIVE_MSG).field_path(".replicationFactor"))]
 #[serde(rename_all = "camelCase")]
@@ -235,7 +265,9 @@ pub struct ObjectStorageSchema {
     /// The schema version of this period.
     pub version: ObjectStorageSchemaVersion,
     /// The first day (UTC, YYYY-MM-DD) this schema applies to.
-    #[schemars(regex(pattern = r"^([0-9]{4,})([-]([0-9]{2})){2}$"))]
+    // The pattern is the Go Loki Operator's; the format makes the API server check the
+    // calendar too (2024-02-31 is no day), as the reconciler does.
+    #[schemars(regex(pattern = r"^([0-9]{4,})([-]([0-9]{2})){2}$"), extend("format" = "date"))]
     pub effective_date: String,
 }
 

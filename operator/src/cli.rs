@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::CustomResourceExt;
 
 use crate::api::LokiStack;
 use crate::defaults::effective;
@@ -42,7 +41,7 @@ impl CliError {
 
 /// The CRD as YAML, exactly as committed in `manifests/crd/`.
 pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
-    serde_yaml_ng::to_string(&LokiStack::crd())
+    serde_yaml_ng::to_string(&crate::api::crd())
 }
 
 /// The CRD for a given server: without CEL rules where the server predates them (the
@@ -51,7 +50,7 @@ pub fn crd_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml_ng::
     if caps.crd_cel_rules {
         return crd_yaml();
     }
-    let mut crd = serde_json::to_value(LokiStack::crd())
+    let mut crd = serde_json::to_value(crate::api::crd())
         .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?;
     strip_cel(&mut crd);
     serde_yaml_ng::to_string(&crd)
@@ -102,7 +101,8 @@ pub fn parse_stack(file: &Path, text: &str) -> Result<LokiStack, CliError> {
         ));
     }
     let json = serde_json::to_value(&value).map_err(|e| input_err(file, e.to_string()))?;
-    let crd = serde_json::to_value(LokiStack::crd()).map_err(|e| input_err(file, e.to_string()))?;
+    let crd =
+        serde_json::to_value(crate::api::crd()).map_err(|e| input_err(file, e.to_string()))?;
     let unknown = fields::unknown(
         &json,
         &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"],

@@ -62,12 +62,10 @@ fn join(path: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::LokiStack;
-    use kube::CustomResourceExt;
     use serde_json::json;
 
     fn schema() -> Value {
-        let crd = serde_json::to_value(LokiStack::crd()).expect("crd");
+        let crd = serde_json::to_value(crate::api::crd()).expect("crd");
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
     }
 

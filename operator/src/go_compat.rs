@@ -93,8 +93,6 @@ pub fn warning(fields: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::LokiStack;
-    use kube::CustomResourceExt;
     use serde_json::{json, Value};
 
     /// Every field path of the Go Loki Operator's LokiStack v1 `spec` with its OpenAPI
@@ -102,7 +100,7 @@ mod tests {
     const GO_FIELDS: &str = include_str!("testdata/go-operator-lokistack-fields.json");
 
     fn our_spec_schema() -> Value {
-        let crd = serde_json::to_value(LokiStack::crd()).expect("crd");
+        let crd = serde_json::to_value(crate::api::crd()).expect("crd");
         crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
     }
 

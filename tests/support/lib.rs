@@ -1,6 +1,7 @@
 //! Support for the integration and end-to-end tests: a local Kubernetes control plane,
 //! a node simulator, and the operator as a process.
 
+pub mod admission;
 pub mod apidoc;
 pub mod bundle;
 pub mod harness;
