@@ -135,7 +135,32 @@ pub fn invalid_cases() -> Vec<Invalid> {
         );
     }
     limits(&mut t);
+    rule_selectors(&mut t);
     t.0
+}
+
+/// The Go Loki Operator's rule selectors are kept, with Kubernetes' LabelSelector schema.
+fn rule_selectors(t: &mut Table) {
+    for selector in ["selector", "namespaceSelector"] {
+        for (missing, present) in [
+            ("key", ("operator", "Exists")),
+            ("operator", ("key", "team")),
+        ] {
+            let field = format!("spec.rules.{selector}.matchExpressions[0].{missing}");
+            t.case(
+                &format!("rules-{selector}-no-{missing}").to_lowercase(),
+                &field,
+                EVERY_SERVER,
+                |v| {
+                    set(
+                        v,
+                        &format!("rules.{selector}.matchExpressions"),
+                        json!([{ present.0: present.1 }]),
+                    )
+                },
+            );
+        }
+    }
 }
 
 fn top_level(t: &mut Table) {
@@ -176,6 +201,11 @@ fn top_level(t: &mut Table) {
 fn storage(t: &mut Table) {
     t.bad("bad-type", "storage.secret.type", json!("ftp"));
     t.bad("empty-secret-name", "storage.secret.name", json!(""));
+    t.bad(
+        "bad-credential-mode",
+        "storage.secret.credentialMode",
+        json!("sts"),
+    );
     t.case("no-secret", "spec.storage.secret", EVERY_SERVER, |v| {
         set(v, "storage", json!({}));
     });
@@ -367,13 +397,22 @@ fn replication(t: &mut Table) {
 
 /// The limits of every tenant and of one named tenant share a schema; both are checked.
 fn limits(t: &mut Table) {
-    let bounds: [(&str, i64, i64); 6] = [
+    let bounds: [(&str, i64, i64); 15] = [
         ("ingestion.ingestionRate", 1, 100_000),
         ("ingestion.ingestionBurstSize", 1, 100_000),
         ("ingestion.maxLineSize", 1, 104_857_600),
         ("ingestion.maxGlobalStreamsPerTenant", 1, 100_000_000),
+        ("ingestion.maxLabelNameLength", 1, 65_536),
+        ("ingestion.maxLabelValueLength", 1, 65_536),
+        ("ingestion.maxLabelNamesPerSeries", 1, 1_000),
+        ("ingestion.perStreamRateLimit", 1, 100_000),
+        ("ingestion.perStreamRateLimitBurst", 1, 100_000),
+        ("ingestion.perStreamDesiredRate", 1, 100_000),
         ("queries.maxEntriesLimitPerQuery", 1, 100_000_000),
         ("queries.maxQuerySeries", 1, 100_000_000),
+        ("queries.maxChunksPerQuery", 1, 100_000_000),
+        ("queries.cardinalityLimit", 1, 100_000_000),
+        ("queries.maxVolumeSeries", 1, 100_000_000),
     ];
     for (scope, tag) in [("global", "g"), ("tenants.team-a", "t")] {
         let at = |path: &str| format!("limits.{scope}.{path}");
@@ -470,6 +509,16 @@ pub fn valid_cases() -> Result<Vec<Valid>> {
         });
     };
     bound(&"a".repeat(MAX_STACK_NAME_LEN), &|_| {});
+    // The Go Loki Operator's fields this operator keeps without acting on.
+    bound("go-operator-fields", &|v| {
+        set(v, "tenants", json!({"mode": "openshift-logging"}));
+        set(v, "hashRing", json!({"type": "memberlist"}));
+        set(v, "template.gateway", json!({"replicas": 2}));
+        set(v, "template.ingester.podAntiAffinity", json!({}));
+        set(v, "storage.secret.credentialMode", json!("token"));
+        set(v, "rules.selector", json!({"matchLabels": {"team": "a"}}));
+        set(v, "limits.global.otlp", json!({"streamLabels": {}}));
+    });
     bound("factors-min", &|v| set(v, "replication.factor", json!(1)));
     bound("factors-max", &|v| {
         set(v, "replication.factor", json!(MAX_REPLICATION_FACTOR))
@@ -551,10 +600,14 @@ fn limits_at(min: i64, days: i64) -> Value {
     let ingestion = json!({
         "ingestionRate": pick(100_000), "ingestionBurstSize": pick(100_000),
         "maxLineSize": pick(104_857_600), "maxGlobalStreamsPerTenant": pick(100_000_000),
+        "maxLabelNameLength": pick(65_536), "maxLabelValueLength": pick(65_536),
+        "maxLabelNamesPerSeries": pick(1_000), "perStreamRateLimit": pick(100_000),
+        "perStreamRateLimitBurst": pick(100_000), "perStreamDesiredRate": pick(100_000),
     });
     let queries = json!({
         "maxEntriesLimitPerQuery": pick(100_000_000), "maxQuerySeries": pick(100_000_000),
-        "queryTimeout": "1m30s",
+        "maxChunksPerQuery": pick(100_000_000), "cardinalityLimit": pick(100_000_000),
+        "maxVolumeSeries": pick(100_000_000), "queryTimeout": "1m30s",
     });
     let retention =
         json!({"days": days, "streams": [{"days": days, "priority": 0, "selector": "{a=\"b\"}"}]});
