@@ -1303,6 +1303,42 @@ async fn objects_of_the_same_name_are_never_adopted(env: &mut Env) -> Result<()>
     Ok(())
 }
 
+/// A CA bundle (`spec.storage.tls`) that does not exist holds the stack back with a
+/// condition naming it; once it exists the stack is applied by itself, though ConfigMaps
+/// are not watched: a held-back stack is looked at again every 30 s.
+async fn a_missing_storage_ca_is_named_then_found(env: &mut Env) -> Result<()> {
+    let ns = "e2e-ca";
+    namespace(env, ns).await?;
+    let mut body = stack_json("ca", "1x.demo", Value::Null);
+    body["spec"]["storage"]["tls"] = json!({"caName": "minio-ca"});
+    create_stack(env, ns, body).await?;
+    let s = wait_condition(
+        env,
+        ns,
+        "ca",
+        "Degraded",
+        Some("MissingObjectStorageCAConfigMap"),
+    )
+    .await?;
+    let msg = &condition(&s, "Degraded").context("degraded")?.message;
+    ensure!(
+        msg.contains("\"minio-ca\"") && msg.contains("service-ca.crt"),
+        "message: {msg}"
+    );
+    ensure!(
+        workloads(env, ns).await?.is_empty(),
+        "applied without its CA bundle"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(env.admin.clone(), ns);
+    let ca: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "minio-ca"},
+        "data": {"service-ca.crt": "-----BEGIN CERTIFICATE-----\n"},
+    }))?;
+    cms.create(&PostParams::default(), &ca).await?;
+    wait_condition(env, ns, "ca", "Ready", Some("ReadyComponents")).await?;
+    Ok(())
+}
+
 /// 19. A StorageClass that does not exist holds the stack back with a condition that
 /// names it; once it exists the stack is applied by itself, and a class that binds at
 /// once is a warning for a zone-aware stack.
@@ -1370,6 +1406,7 @@ fn main() -> std::process::ExitCode {
         deleting_a_stack_collects_children_but_keeps_pvcs,
         invalid_specs_are_rejected_with_the_field_named,
         storage_secret_errors_are_reported_and_fixing_the_secret_applies,
+        a_missing_storage_ca_is_named_then_found,
         pod_on_unlabelled_node_is_named_then_annotated_when_labelled,
         disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone,
         standby_replica_takes_over_when_the_leader_stops,

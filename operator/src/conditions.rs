@@ -73,6 +73,8 @@ wire_enum! {
         NameConflict => "NameConflict",
         MissingObjectStorageSecret => "MissingObjectStorageSecret",
         InvalidObjectStorageSecret => "InvalidObjectStorageSecret",
+        MissingObjectStorageCAConfigMap => "MissingObjectStorageCAConfigMap",
+        InvalidObjectStorageCAConfigMap => "InvalidObjectStorageCAConfigMap",
         StorageClassMissing => "StorageClassMissing",
         StorageClassImmediateBinding => "StorageClassImmediateBinding",
         ZonesSufficient => "ZonesSufficient",

@@ -11,7 +11,7 @@
 //! `GOOGLE_APPLICATION_CREDENTIALS`. The Secret keys are the Go Loki Operator's, so
 //! existing Secrets keep working.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Secret;
 
@@ -456,6 +456,56 @@ impl StorageSecretError {
                 Reason::InvalidObjectStorageSecret
             }
         }
+    }
+}
+
+/// What is wrong with the CA bundle `spec.storage.tls` names. Without it every Loki pod
+/// waits in ContainerCreating on a volume that cannot mount.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum StorageCaError {
+    #[error("the CA ConfigMap {name:?} (spec.storage.tls.caName) does not exist in namespace {namespace:?}; create it with the CA bundle under key {key:?}")]
+    Missing {
+        name: String,
+        namespace: String,
+        key: String,
+    },
+    #[error("the CA ConfigMap {name:?} has no key {key:?} (spec.storage.tls.caKey); its keys: {present}")]
+    KeyMissing {
+        name: String,
+        key: String,
+        present: String,
+    },
+}
+
+impl StorageCaError {
+    /// The Degraded condition's reason, as the Go Loki Operator names it.
+    pub fn reason(&self) -> Reason {
+        match self {
+            StorageCaError::Missing { .. } => Reason::MissingObjectStorageCAConfigMap,
+            StorageCaError::KeyMissing { .. } => Reason::InvalidObjectStorageCAConfigMap,
+        }
+    }
+}
+
+/// Checks the CA ConfigMap of `tls` from its key names (`None`: it does not exist).
+pub fn check_ca(
+    tls: &ObjectStorageTlsSpec,
+    namespace: &str,
+    keys: Option<&BTreeSet<String>>,
+) -> Result<(), StorageCaError> {
+    let key = tls.ca_key();
+    match keys {
+        None => Err(StorageCaError::Missing {
+            name: tls.ca_name.clone(),
+            namespace: namespace.to_string(),
+            key: key.to_string(),
+        }),
+        Some(keys) if !keys.contains(key) => Err(StorageCaError::KeyMissing {
+            name: tls.ca_name.clone(),
+            key: key.to_string(),
+            present: keys.iter().cloned().collect::<Vec<_>>().join(", "),
+        }),
+        Some(_) => Ok(()),
     }
 }
 

@@ -2,13 +2,14 @@
 //! for one stack. Every later step reads this snapshot, never the caches, so a reconcile
 //! sees one consistent picture and the pure steps can be tested with a hand-made one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::ObjectMeta;
+use kube::api::{Api, ObjectMeta};
 use kube::runtime::reflector::ObjectRef;
+use kube::Client;
 use kube::ResourceExt;
 
 use crate::api::LokiStack;
@@ -23,6 +24,8 @@ use crate::names;
 pub enum ObserveError {
     #[error("LokiStack {0} has no namespace; LokiStack is a namespaced resource")]
     NoNamespace(String),
+    #[error("cannot read the CA ConfigMap {name} (spec.storage.tls): {source}")]
+    ReadCa { name: String, source: kube::Error },
 }
 
 /// What the caches hold for one stack, at one instant.
@@ -33,6 +36,9 @@ pub struct Snapshot {
     pub uid: String,
     /// The object storage Secret, with key names only.
     pub secret: Option<Arc<Secret>>,
+    /// The key names of the CA ConfigMap `spec.storage.tls` names: `None` when it does
+    /// not exist or the stack sets no CA (see [`storage_ca_keys`]).
+    pub storage_ca_keys: Option<BTreeSet<String>>,
     /// The StorageClass the stack's claims get: the one it names, else the default.
     pub storage_class: Option<Arc<StorageClass>>,
     /// Every node, for a zone-aware stack (its zone check counts them all); else empty.
@@ -114,6 +120,8 @@ impl Snapshot {
             name,
             uid,
             secret,
+            // Read apart by `storage_ca_keys`: ConfigMaps are not cached.
+            storage_ca_keys: None,
             storage_class,
             nodes,
             volumes,
@@ -130,6 +138,32 @@ impl Snapshot {
     pub fn pod_refs(&self) -> Vec<&Pod> {
         self.pods.iter().map(AsRef::as_ref).collect()
     }
+}
+
+/// The key names of the stack's CA ConfigMap, if it sets one and it exists. ConfigMaps are
+/// not cached (nothing else needs them, and a watch would hold every ConfigMap of the
+/// cluster), so this is one read per reconcile of a stack that sets a CA.
+pub async fn storage_ca_keys(
+    client: &Client,
+    stack: &LokiStack,
+    namespace: &str,
+) -> Result<Option<BTreeSet<String>>, ObserveError> {
+    let Some(tls) = &stack.spec.storage.tls else {
+        return Ok(None);
+    };
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let found = api
+        .get_opt(&tls.ca_name)
+        .await
+        .map_err(|source| ObserveError::ReadCa {
+            name: tls.ca_name.clone(),
+            source,
+        })?;
+    Ok(found.map(|cm| {
+        let text = cm.data.into_iter().flat_map(|d| d.into_keys());
+        let binary = cm.binary_data.into_iter().flat_map(|d| d.into_keys());
+        text.chain(binary).collect()
+    }))
 }
 
 /// The volumes bound to claims of the stack's StatefulSets, found by the claim each

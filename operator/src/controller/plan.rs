@@ -16,7 +16,9 @@ use crate::go_compat;
 use crate::kinds::ChildKind;
 use crate::names;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
-use crate::storage::{check_secret, store_params, StorageSecretError, StoreParams};
+use crate::storage::{
+    check_ca, check_secret, store_params, StorageCaError, StorageSecretError, StoreParams,
+};
 use crate::validate::{validate_stack, InvalidSpec};
 use crate::volumes::{self, StorageClassFinding};
 use crate::zones::{self, ZoneCheck};
@@ -32,6 +34,8 @@ pub enum PlanError {
 pub struct Findings {
     pub invalid: Option<InvalidSpec>,
     pub secret: Option<StorageSecretError>,
+    /// The CA bundle of `spec.storage.tls`, when it is missing or lacks its key.
+    pub storage_ca: Option<StorageCaError>,
     pub storage_class: Option<StorageClassFinding>,
     /// `None` for a stack that is not zone-aware.
     pub zone: Option<ZoneCheck>,
@@ -48,6 +52,9 @@ impl Findings {
             return Some((Reason::InvalidSpec, format!("{e}. Fix the LokiStack spec")));
         }
         if let Some(e) = &self.secret {
+            return Some((e.reason(), e.to_string()));
+        }
+        if let Some(e) = &self.storage_ca {
             return Some((e.reason(), e.to_string()));
         }
         if let Some(f) = self.storage_class.as_ref().filter(|f| f.holds_back()) {
@@ -124,6 +131,9 @@ pub fn plan(
     let findings = Findings {
         invalid: validate_stack(stack).err(),
         secret,
+        storage_ca: stack.spec.storage.tls.as_ref().and_then(|tls| {
+            check_ca(tls, &snapshot.namespace, snapshot.storage_ca_keys.as_ref()).err()
+        }),
         storage_class: volumes::check(
             stack.spec.storage_class_name.as_deref(),
             snapshot.storage_class.as_deref(),
@@ -386,5 +396,38 @@ mod tests {
         );
         assert!(stale.is_empty(), "nothing of the Go operator's is removed");
         assert_eq!(left, vec![(ChildKind::Deployment, "s-gateway".to_string())]);
+    }
+
+    #[test]
+    fn a_missing_ca_bundle_holds_the_spec_back_naming_it() {
+        let mut spec = stack_spec(LokiStackSize::Demo);
+        spec.storage.tls = Some(crate::api::ObjectStorageTlsSpec {
+            ca_name: "minio-ca".into(),
+            ca_key: None,
+        });
+        let s = stack("s", spec);
+        let mut snap = snapshot_for(&s);
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(matches!(p.action, Action::HoldBack));
+        let (reason, message) = p.findings.hold_back().expect("held back");
+        assert_eq!(reason, Reason::MissingObjectStorageCAConfigMap);
+        assert!(
+            message.contains("\"minio-ca\"") && message.contains("service-ca.crt"),
+            "{message}"
+        );
+
+        snap.storage_ca_keys = Some(["ca.crt".to_string()].into());
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let (reason, message) = p.findings.hold_back().expect("held back");
+        assert_eq!(reason, Reason::InvalidObjectStorageCAConfigMap);
+        assert!(message.contains("its keys: ca.crt"), "{message}");
+
+        snap.storage_ca_keys = Some(["service-ca.crt".to_string()].into());
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(
+            matches!(p.action, Action::Apply { .. }),
+            "{:?}",
+            p.findings.hold_back()
+        );
     }
 }

@@ -23,7 +23,7 @@ use crate::api::{LokiStack, LokiStackStatus, ManagementState};
 use crate::controller::apply::{Applier, ApplyError, ApplyReport};
 use crate::controller::caches::Caches;
 use crate::controller::metrics::{Metrics, StackView};
-use crate::controller::observe::{ObserveError, Snapshot};
+use crate::controller::observe::{storage_ca_keys, ObserveError, Snapshot};
 use crate::controller::plan::{self, plan, Plan, PlanError};
 use crate::controller::recovery;
 use crate::controller::report;
@@ -33,6 +33,8 @@ use crate::render::{ServerCapabilities, Settings};
 
 /// How soon a failed reconcile runs again.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
+/// How soon a held-back stack is looked at again when no change arrives.
+pub const HELD_BACK_RETRY: Duration = Duration::from_secs(30);
 
 pub struct Context {
     pub client: Client,
@@ -106,13 +108,19 @@ pub async fn reconcile(
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    result.map(|_| Action::requeue(ctx.resync))
+    result.map(|outcome| match outcome {
+        // Some causes of a hold-back send no change when fixed (a CA ConfigMap, which is
+        // not watched): look again soon, which costs reads only.
+        Outcome::HeldBack => Action::requeue(ctx.resync.min(HELD_BACK_RETRY)),
+        _ => Action::requeue(ctx.resync),
+    })
 }
 
 /// observe → plan → apply → status. Returns what the apply step did; a failed apply is
 /// an error once the status shows it.
 async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Outcome, ReconcileError> {
-    let snapshot = Snapshot::take(&ctx.caches, stack)?;
+    let mut snapshot = Snapshot::take(&ctx.caches, stack)?;
+    snapshot.storage_ca_keys = storage_ca_keys(&ctx.client, stack, &snapshot.namespace).await?;
     let plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
     let applied = apply(ctx, &snapshot, &plan).await;
     let outcome = match &applied {
