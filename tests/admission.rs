@@ -14,7 +14,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -26,6 +25,7 @@ use loki_zone_operator::cli::crd_yaml;
 use loki_zone_operator_tests::admission::{
     create, expect_rejected, invalid_cases, valid_cases, Invalid, CEL,
 };
+use loki_zone_operator_tests::harness::free_port;
 use loki_zone_operator_tests::harness::which;
 use loki_zone_operator_tests::{client_for, repo_root, runtime};
 use serde_json::Value;
@@ -178,10 +178,6 @@ async fn install_crd(client: &kube::Client) -> Result<()> {
 struct CurrentServer {
     procs: Vec<(&'static str, Child, PathBuf)>,
     kubeconfig: PathBuf,
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 impl CurrentServer {

@@ -55,8 +55,23 @@ pub fn control_plane_bin() -> Result<PathBuf> {
     Ok(PathBuf::from(dir))
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A free loopback port for a server the harness starts, below Linux's ephemeral range
+/// (32768 and up). A port from `bind(0)` is in that range, and between freeing it and the
+/// server binding it, any outgoing connection may take it as its local port: that made a
+/// kube-apiserver fail to start once ("address already in use").
+pub fn free_port() -> Result<u16> {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Spread by process so parallel test binaries rarely try the same ports first.
+    let start = (std::process::id() % 100) as u16 * 100;
+    for _ in 0..10_000 {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % 10_000;
+        let port = 20_000 + (start + offset) % 10_000;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free loopback port in 20000-29999")
 }
 
 /// A started process, the file its output goes to, and how to start it again.

@@ -117,9 +117,7 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Result<Operator> {
-        let health_port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        let health_port = crate::harness::free_port()?;
         let addr = format!("127.0.0.1:{health_port}");
         let log = dir.join("operator.log");
         let out = fs::OpenOptions::new()
