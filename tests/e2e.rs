@@ -761,6 +761,32 @@ async fn invalid_specs_are_rejected_with_the_field_named(env: &mut Env) -> Resul
     Ok(())
 }
 
+/// The operator's writes (but Lease renewals, the leader's heartbeat) and its number of
+/// reads in the audit log after byte `start`.
+fn audit_since(audit: &std::path::Path, start: usize) -> (Vec<String>, usize) {
+    let text = std::fs::read_to_string(audit).unwrap_or_default();
+    let mut writes = Vec::new();
+    let mut reads = 0;
+    for line in text[start.min(text.len())..].lines() {
+        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        match ev["verb"].as_str().unwrap_or_default() {
+            "create" | "update" | "patch" | "delete" | "deletecollection" => {
+                let resource = ev["objectRef"]["resource"].as_str().unwrap_or_default();
+                if resource != "leases" {
+                    writes.push(format!(
+                        "{} {} {}",
+                        ev["verb"], resource, ev["objectRef"]["name"]
+                    ));
+                }
+            }
+            _ => reads += 1,
+        }
+    }
+    (writes, reads)
+}
+
 /// 11. Idle is free: with nothing changing, resyncs send no write request.
 async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
     // Earlier scenarios (zone outages among them) may still be rolling pods: idle means
@@ -782,8 +808,23 @@ async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
     })
     .await?;
     let audit = env.cp.dir.join("audit.log");
+    let audit_len = || std::fs::read_to_string(&audit).unwrap_or_default().len();
+    // Stacks a scenario just created still converge after their status settles (1.20's
+    // token controller adds a Secret to each new ServiceAccount, which is re-applied
+    // once): wait for a quiet spell. A write on every resync never gives one.
+    eventually(
+        "the operator stopped writing before idling",
+        WAIT,
+        || async {
+            let from = audit_len();
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            let (writes, _) = audit_since(&audit, from);
+            Ok(writes.is_empty().then_some(()))
+        },
+    )
+    .await?;
     let reconciles_before = reconciles(env).await?;
-    let start = std::fs::read_to_string(&audit).unwrap_or_default().len();
+    let start = audit_len();
     let begin = Instant::now();
     // The operator runs with --resync 2s: this spans several resyncs of every stack.
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -799,27 +840,7 @@ async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
         "expected at least 3 resyncs of each of {stacks} stacks, saw {} reconciles",
         reconciles_after - reconciles_before
     );
-    let text = std::fs::read_to_string(&audit).unwrap_or_default();
-    let mut writes = Vec::new();
-    let mut reads = 0;
-    for line in text[start.min(text.len())..].lines() {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        match ev["verb"].as_str().unwrap_or_default() {
-            "create" | "update" | "patch" | "delete" | "deletecollection" => {
-                let resource = ev["objectRef"]["resource"].as_str().unwrap_or_default();
-                // Lease renewals are the leader's heartbeat, not reconcile work.
-                if resource != "leases" {
-                    writes.push(format!(
-                        "{} {} {}",
-                        ev["verb"], resource, ev["objectRef"]["name"]
-                    ));
-                }
-            }
-            _ => reads += 1,
-        }
-    }
+    let (writes, reads) = audit_since(&audit, start);
     if !writes.is_empty() {
         // What keeps changing: two reads of every status a resync apart, diffed.
         let a = statuses(env).await?;
