@@ -126,7 +126,7 @@ async fn wait_reachable(env: &Env, names: &[String]) -> Result<()> {
 }
 
 /// Stacks (namespace, name) whose Ready condition is True now.
-async fn ready_stacks(env: &Env) -> Result<BTreeSet<(String, String)>> {
+pub(super) async fn ready_stacks(env: &Env) -> Result<BTreeSet<(String, String)>> {
     Ok(Api::<LokiStack>::all(env.admin.clone())
         .list(&ListParams::default())
         .await?

@@ -28,6 +28,7 @@ use loki_zone_operator_tests::operator::NAMESPACE as OPERATOR_NAMESPACE;
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::outage::ready_stacks;
 use super::{create_stack, namespace, nodes_by_name, stack_json, Env, WAIT};
 
 const NS: &str = "e2e-apiserver-restarts";
@@ -483,27 +484,9 @@ fn check_log(log: &str, churned: u32) -> Result<()> {
 
 // --- Leave the cluster as the next scenarios expect -----------------------------------
 
-/// Stacks (namespace/name) whose Ready condition is True.
-async fn ready_stacks(env: &Env) -> Result<BTreeSet<String>> {
-    Ok(Api::<LokiStack>::all(env.admin.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|s| {
-            s.status.as_ref().is_some_and(|st| {
-                st.conditions
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-            })
-        })
-        .map(|s| format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()))
-        .collect())
-}
-
 /// Waits until every node is Ready without a lifecycle taint (an outage may have marked
 /// them unreachable) and every stack that was Ready before is Ready again.
-async fn settle(env: &Env, ready_before: &BTreeSet<String>) -> Result<()> {
+async fn settle(env: &Env, ready_before: &BTreeSet<(String, String)>) -> Result<()> {
     let nodes: Api<Node> = Api::all(env.admin.clone());
     eventually("every node Ready and untainted", SETTLE, || async {
         let not_ready: BTreeMap<String, String> = nodes
@@ -531,7 +514,7 @@ async fn settle(env: &Env, ready_before: &BTreeSet<String>) -> Result<()> {
         SETTLE,
         || async {
             let now = ready_stacks(env).await?;
-            let missing: Vec<&String> = ready_before.difference(&now).collect();
+            let missing: Vec<_> = ready_before.difference(&now).collect();
             if missing.is_empty() {
                 Ok(Some(()))
             } else {
