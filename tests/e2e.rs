@@ -767,10 +767,15 @@ fn audit_since(audit: &std::path::Path, start: usize) -> (Vec<String>, usize) {
     let text = std::fs::read_to_string(audit).unwrap_or_default();
     let mut writes = Vec::new();
     let mut reads = 0;
+    let operator = operator::service_account_user();
     for line in text[start.min(text.len())..].lines() {
         let Ok(ev) = serde_json::from_str::<Value>(line) else {
             continue;
         };
+        // The log also holds the scheduler's bindings (for the webhook scenarios).
+        if ev["user"]["username"] != operator.as_str() {
+            continue;
+        }
         match ev["verb"].as_str().unwrap_or_default() {
             "create" | "update" | "patch" | "delete" | "deletecollection" => {
                 let resource = ev["objectRef"]["resource"].as_str().unwrap_or_default();

@@ -21,6 +21,7 @@ pub mod storage;
 pub mod validate;
 pub mod volumes;
 pub mod waitzone;
+pub mod webhook;
 pub mod zones;
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use loki_zone_operator::cli::{self, RenderRequest};
 use loki_zone_operator::controller::scope::Scope;
 use loki_zone_operator::render::{self, ServerCapabilities, Settings};
 use loki_zone_operator::waitzone;
+use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
 
 /// Kubernetes operator for Grafana Loki replicated across availability zones.
 #[derive(Parser)]
@@ -66,7 +67,7 @@ struct RunArgs {
     /// Elect a leader on a Lease, so that several replicas are safe.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     leader_elect: bool,
-    /// Namespace of the leader Lease (in-cluster: the operator's own).
+    /// The operator's own namespace: its leader Lease and webhook certificate live there.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     lease_namespace: String,
     #[arg(long, env = "LEASE_NAME", default_value = "loki-zone-operator")]
@@ -85,6 +86,56 @@ struct RunArgs {
     /// only `get` Secrets by name, so a change is seen at the next read.
     #[arg(long, env = "SECRET_POLL_INTERVAL", default_value = "10s", value_parser = waitzone::parse_duration)]
     secret_poll_interval: Duration,
+    #[command(flatten)]
+    webhook: WebhookArgs,
+}
+
+/// The zone-at-bind webhook (docs/zone-aware-replication.md).
+#[derive(clap::Args)]
+struct WebhookArgs {
+    /// Serve the pods/binding webhook that zones pods as they are bound; off, the pod
+    /// annotator alone zones them (and the operator removes the configuration it
+    /// registered).
+    #[arg(long, env = "BIND_WEBHOOK", default_value_t = true, action = clap::ArgAction::Set)]
+    bind_webhook: bool,
+    /// Address of the webhook's HTTPS server.
+    #[arg(long, env = "WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    webhook_addr: std::net::SocketAddr,
+    /// The Service the API server calls the webhook through (in the operator's namespace).
+    #[arg(long, env = "WEBHOOK_SERVICE", default_value = loki_zone_operator::names::WEBHOOK_SERVICE)]
+    webhook_service: String,
+    /// Call the webhook at this base URL instead of the Service (an operator run outside
+    /// the cluster), e.g. https://10.0.0.5:9443.
+    #[arg(long, env = "WEBHOOK_URL", conflicts_with = "webhook_cert_dir")]
+    webhook_url: Option<String>,
+    /// Serve the tls.crt and tls.key of this directory (OLM mounts them) and leave the
+    /// webhook configuration to whoever installed it; unset, the operator issues its own
+    /// CA and certificate and keeps the configuration current.
+    #[arg(long, env = "WEBHOOK_CERT_DIR")]
+    webhook_cert_dir: Option<PathBuf>,
+}
+
+impl WebhookArgs {
+    fn config(self, namespace: &str) -> WebhookConfig {
+        let mode = match (self.bind_webhook, self.webhook_cert_dir, self.webhook_url) {
+            (false, _, _) => WebhookMode::Off,
+            (true, Some(dir), _) => WebhookMode::External { dir },
+            (true, None, Some(url)) => WebhookMode::SelfManaged {
+                target: ClientTarget::Url(url),
+            },
+            (true, None, None) => WebhookMode::SelfManaged {
+                target: ClientTarget::Service {
+                    namespace: namespace.to_string(),
+                    name: self.webhook_service,
+                },
+            },
+        };
+        WebhookConfig {
+            mode,
+            addr: self.webhook_addr,
+            namespace: namespace.to_string(),
+        }
+    }
 }
 
 fn parse_scope(s: &str) -> Result<Scope, String> {
@@ -95,7 +146,7 @@ fn parse_scope(s: &str) -> Result<Scope, String> {
 enum Command {
     /// Run the controller and the pod zone annotator against the cluster of the current
     /// kubeconfig (or the in-cluster service account).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the LokiStack CustomResourceDefinition as YAML.
     Crd {
         /// Kubernetes version of the target cluster; before 1.25 the CEL rules are left
@@ -182,6 +233,7 @@ impl RunArgs {
 
     fn config(self) -> loki_zone_operator::controller::RunConfig {
         let identity = self.identity();
+        let webhook = self.webhook.config(&self.lease_namespace);
         let leader =
             self.leader_elect
                 .then(|| loki_zone_operator::controller::leader::LeaderConfig {
@@ -204,6 +256,7 @@ impl RunArgs {
             identity,
             scope: self.watch_namespaces,
             secret_poll: self.secret_poll_interval,
+            webhook,
         }
     }
 }
@@ -266,7 +319,7 @@ fn wait_for_zone(file: &str, timeout: Duration, interval: Duration) -> ExitCode 
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Crd { kube_version } => crd(kube_version),
         Command::Render {
             file,

@@ -107,3 +107,25 @@ pub fn service_account_name(stack: &str) -> String {
 pub fn zone_file_path() -> String {
     format!("{ZONE_MOUNT_DIR}/{ZONE_FILE_NAME}")
 }
+
+/// The pods/binding webhook: the configuration the operator keeps current (with
+/// `make deploy`; with OLM the bundle declares it), the one webhook in it, and the path.
+pub const WEBHOOK_CONFIGURATION: &str = "loki-zone-operator-zone-at-bind";
+pub const WEBHOOK_ZONE_AT_BIND: &str = "zone-at-bind.loki.grafana.com";
+pub const WEBHOOK_PATH_ZONE_AT_BIND: &str = "/zone-at-bind";
+/// The Service in front of the webhook port, in the operator's namespace.
+pub const WEBHOOK_SERVICE: &str = "loki-zone-operator-webhook";
+pub const WEBHOOK_SERVICE_PORT: i32 = 443;
+/// The Secret with the webhook's self-managed CA and serving certificate.
+pub const WEBHOOK_CERT_SECRET: &str = "loki-zone-operator-webhook-cert";
+/// When the CA, the previous CA and the serving certificate expire (Unix seconds), and
+/// the host names the serving certificate is for: written beside the PEM so the
+/// operator decides rotations without parsing X.509.
+pub const ANNOTATION_WEBHOOK_CA_NOT_AFTER: &str = "loki.grafana.com/webhook-ca-not-after";
+pub const ANNOTATION_WEBHOOK_PREVIOUS_CA_NOT_AFTER: &str =
+    "loki.grafana.com/webhook-previous-ca-not-after";
+pub const ANNOTATION_WEBHOOK_CERT_NOT_AFTER: &str = "loki.grafana.com/webhook-cert-not-after";
+pub const ANNOTATION_WEBHOOK_CERT_HOSTS: &str = "loki.grafana.com/webhook-cert-hosts";
+/// The label Kubernetes (1.21+) sets on every namespace to its name: the webhook's
+/// namespace selector lists the namespaces of zone-aware stacks with it.
+pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";

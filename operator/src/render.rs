@@ -107,6 +107,10 @@ pub struct ServerCapabilities {
     /// CEL rules in CRDs (`x-kubernetes-validations`, 1.25+). Older servers reject them
     /// under server-side apply; the reconciler enforces the same rules anyway.
     pub crd_cel_rules: bool,
+    /// `matchConditions` on admission webhooks (GA in 1.30): the zone-at-bind webhook is
+    /// then called only for the pods of zone-aware stacks, not every pod of their
+    /// namespaces.
+    pub webhook_match_conditions: bool,
 }
 
 impl ServerCapabilities {
@@ -115,6 +119,7 @@ impl ServerCapabilities {
         spread_node_taints_policy: true,
         pdb_v1: true,
         crd_cel_rules: true,
+        webhook_match_conditions: true,
     };
 
     pub fn for_version(major: u32, minor: u32) -> ServerCapabilities {
@@ -124,6 +129,7 @@ impl ServerCapabilities {
             spread_node_taints_policy: at_least(27),
             pdb_v1: at_least(21),
             crd_cel_rules: at_least(25),
+            webhook_match_conditions: at_least(30),
         }
     }
 

@@ -37,6 +37,8 @@ pub const MIN_KUBE_VERSION: &str = "1.25.0";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The ClusterRole of the namespaced rules, which OLM grants per target namespace.
 pub const NAMESPACED_RULES: &str = "loki-zone-operator";
+/// The Role of the leader Lease, in the operator's namespace.
+pub const LEADER_ELECTION_ROLE: &str = "loki-zone-operator-leader-election";
 /// The ClusterRole of the cluster-scoped reads, cluster-wide in every install mode.
 pub const CLUSTER_READER: &str = "loki-zone-operator-cluster-reader";
 /// The annotation OLM sets on the operator's pods: the OperatorGroup's target
@@ -79,7 +81,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
     let deployment = find("Deployment")?;
     let cluster_reader = named(&objects, "ClusterRole", CLUSTER_READER)?;
     let namespaced = named(&objects, "ClusterRole", NAMESPACED_RULES)?;
-    let role = find("Role")?;
+    let role = named(&objects, "Role", LEADER_ELECTION_ROLE)?;
     let mut permissions = namespaced["rules"].as_array().cloned().unwrap_or_default();
     permissions.extend(role["rules"].as_array().cloned().unwrap_or_default());
     let service_account = find("ServiceAccount")?;

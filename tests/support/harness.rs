@@ -444,7 +444,7 @@ fn write_audit_policy(dir: &Path) -> Result<PathBuf> {
     fs::write(
         &path,
         format!(
-            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [\"{}\"]\n- level: None\n",
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [\"{}\"]\n- level: Metadata\n  resources: [{{group: \"\", resources: [pods/binding]}}]\n- level: None\n",
             crate::operator::service_account_user()
         ),
     )?;

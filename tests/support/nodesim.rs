@@ -274,7 +274,29 @@ impl NodeSim {
             tokio::spawn(heartbeats(self.client.clone(), self.dark.clone())),
             tokio::spawn(kubelet(self.client.clone(), self.dark.clone())),
             tokio::spawn(provisioner(self.client.clone())),
+            tokio::spawn(namespace_names(self.client.clone())),
         ]
+    }
+}
+
+/// Plays kube-apiserver 1.21+, which labels every namespace `kubernetes.io/metadata.name`
+/// with its name (1.20, the control plane built here, does not): the zone-at-bind
+/// webhook's namespace selector matches on that label.
+async fn namespace_names(client: Client) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: Api<Namespace> = Api::all(client);
+    let events = watcher(api.clone(), watcher::Config::default()).applied_objects();
+    futures::pin_mut!(events);
+    while let Some(ev) = events.next().await {
+        let Ok(ns) = ev else { continue };
+        let name = ns.name_any();
+        if ns.labels().get(names::LABEL_NAMESPACE_NAME) == Some(&name) {
+            continue;
+        }
+        let patch = json!({"metadata": {"labels": {names::LABEL_NAMESPACE_NAME: name}}});
+        if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            eprintln!("[nodesim] labelling namespace {name}: {e}");
+        }
     }
 }
 

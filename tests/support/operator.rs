@@ -113,12 +113,23 @@ pub struct Operator {
     child: Option<Child>,
     pub log: PathBuf,
     pub health_port: u16,
+    /// The zone-at-bind webhook's port (on 127.0.0.1, where the API server calls it).
+    pub webhook_port: u16,
 }
 
 impl Operator {
     pub fn start(kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Result<Operator> {
         let health_port = crate::harness::free_port()?;
         let addr = format!("127.0.0.1:{health_port}");
+        let webhook_port = crate::harness::free_port()?;
+        let webhook_addr = format!("127.0.0.1:{webhook_port}");
+        // Outside the cluster, the API server reaches the webhook at a URL, not through
+        // the Service. A scenario may point it elsewhere (or switch it off) in `extra`.
+        let webhook_url = format!("https://{webhook_addr}");
+        let mut webhook = vec!["--webhook-addr", &webhook_addr];
+        if !extra.iter().any(|a| a.starts_with("--webhook-url")) {
+            webhook.extend(["--webhook-url", &webhook_url]);
+        }
         let log = dir.join("operator.log");
         let out = fs::OpenOptions::new()
             .create(true)
@@ -140,6 +151,7 @@ impl Operator {
                 "--loki-image",
                 "grafana/loki:e2e",
             ])
+            .args(&webhook)
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,kube=warn")
@@ -152,6 +164,7 @@ impl Operator {
             child: Some(child),
             log,
             health_port,
+            webhook_port,
         })
     }
 

@@ -210,6 +210,7 @@ impl Annotator {
         match outcome {
             Outcome::Written => {
                 Metrics::count(&self.metrics.annotations, "written", 1);
+                self.metrics.zoned("annotator");
                 if let Some(t) = self.bound_at.remove(&r) {
                     self.metrics
                         .bind_to_annotated

@@ -216,7 +216,7 @@ fn stack_refs(
         .collect()
 }
 
-fn spawn_typed<K>(
+pub(crate) fn spawn_typed<K>(
     watches: Vec<(Option<String>, Api<K>)>,
     config: watcher::Config,
     strip: fn(&mut K),

@@ -19,6 +19,12 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Which path gave a pod its zone: `bind` (the webhook) or `annotator`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabel {
+    pub path: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabel {
     pub condition: String,
@@ -66,6 +72,10 @@ pub struct Metrics {
     pub annotations: Family<ResultLabel, Counter>,
     pub bind_to_annotated: Histogram,
     pub applies: Family<ResultLabel, Counter>,
+    pub webhook_bindings: Family<ResultLabel, Counter>,
+    pub webhook_duration: Histogram,
+    pub webhook_pod_reads: Family<ResultLabel, Counter>,
+    pods_zoned: Family<PathLabel, Counter>,
     stacks_by_condition: Family<ConditionLabel, Gauge>,
     status_condition: Family<StatusConditionLabels, Gauge>,
     zones: Family<StackLabels, Gauge>,
@@ -92,6 +102,11 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
 }
 
+/// 100 µs .. ~3 s: a webhook answer is expected in a few milliseconds.
+fn fine_seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 15))
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let mut root = Registry::default();
@@ -108,6 +123,10 @@ impl Default for Metrics {
             reconcile_duration: register(r, "reconcile_duration_seconds", "Duration of one reconcile", seconds()),
             annotations: register(r, "zone_annotations", "Zone annotations written by the pod annotator, by result", Family::default()),
             bind_to_annotated: register(r, "bind_to_annotated_seconds", "Time from seeing a zone-aware pod bound to a node to its zone annotation being written", seconds()),
+            webhook_bindings: register(r, "webhook_bindings", "pods/binding reviews answered by this replica, by result: zoned, not_zone_aware, pod_unknown, already_zoned, node_unknown, node_label, no_keys, not_a_node_binding", Family::default()),
+            webhook_duration: register(r, "webhook_response_seconds", "Time to answer one pods/binding review, from the request read to the response written", fine_seconds()),
+            webhook_pod_reads: register(r, "webhook_pod_reads", "Pods the webhook read from the API server because its cache had not seen them yet", Family::default()),
+            pods_zoned: register(r, "pods_zoned", "Zone-aware pods given their zone, by path: bind (in the binding, by the webhook) or annotator (a patch after the bind)", Family::default()),
             applies: register(r, "child_applies", "Children per reconcile: applied, unchanged (skipped), pruned, failed", Family::default()),
             stacks_by_condition: register(r, "stacks", "LokiStacks whose condition is True, by condition type", Family::default()),
             zones: register(r, "zones_observed", "Known zones (those of nodes an ingester can run on, up or down), per zone-aware stack", Family::default()),
@@ -128,6 +147,15 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc_by(n);
+    }
+
+    /// One pod given its zone by `path` (`bind` or `annotator`).
+    pub fn zoned(&self, path: &str) {
+        self.pods_zoned
+            .get_or_create(&PathLabel {
+                path: path.to_string(),
+            })
+            .inc();
     }
 
     fn exported(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Exported>> {

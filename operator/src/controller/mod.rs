@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{self, Controller};
@@ -40,6 +40,8 @@ use tracing::{error, info, warn};
 
 use crate::names;
 use crate::render::{ServerCapabilities, Settings};
+use crate::webhook::registration::{Coverage, Keeper};
+use crate::webhook::{self, WebhookConfig, WebhookMode};
 
 use self::leader::{Elector, LeaderConfig, LeaderError};
 use self::metrics::Metrics;
@@ -60,6 +62,7 @@ pub struct RunConfig {
     pub scope: Scope,
     /// How often the storage Secrets that stacks name are read again.
     pub secret_poll: Duration,
+    pub webhook: WebhookConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +73,11 @@ pub enum RunError {
     Leader(#[from] LeaderError),
     #[error("health and metrics server: {0}")]
     Server(#[from] std::io::Error),
+    #[error("cannot serve the zone-at-bind webhook on {addr}: {source} (set --webhook-addr, or --bind-webhook=false to run without it)")]
+    Webhook {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("stopped before the CRD was established")]
     Interrupted,
 }
@@ -147,16 +155,25 @@ async fn capabilities(client: &Client) -> Result<ServerCapabilities, RunError> {
 
 pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::default());
-    let ready = Arc::new(AtomicBool::new(false));
+    let ready = server::Readiness::default();
+    let shutdown = shutdown_signal();
+    let capabilities = capabilities(&client).await?;
+    // Served by every replica, leader or not, and before the CRD exists: a binding in a
+    // namespace the configuration still names is answered rather than timed out.
+    let hook = webhook::serve::start(&client, &cfg.webhook, &cfg.scope, metrics.clone())
+        .await
+        .map_err(|source| RunError::Webhook {
+            addr: cfg.webhook.addr,
+            source,
+        })?;
+    ready.set_webhook(hook.ready.clone());
     let mut server = tokio::spawn(server::serve(
         cfg.health_addr,
         cfg.metrics_addr,
         metrics.clone(),
         ready.clone(),
     ));
-    let shutdown = shutdown_signal();
     wait_for_crd(&client, &shutdown).await?;
-    let capabilities = capabilities(&client).await?;
     info!(namespaces = %cfg.scope, "watching LokiStacks");
     let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
     let recorder = Recorder::new(
@@ -173,27 +190,77 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
                 _ = stopped(shutdown.clone()) => break Ok(()),
             }
         }
-        let running = start(
+        let (coverage, registration) =
+            webhook_registration(&client, &cfg.webhook, &hook, capabilities);
+        let mut running = start(
             &client,
             &cfg,
             capabilities,
             recorder.clone(),
             metrics.clone(),
-            ready.clone(),
+            ready.leader.clone(),
+            coverage,
         );
+        let stacks = running.controller.controller.store();
+        running.tasks.push(tokio::spawn(registration(stacks)));
+        ready.leading.store(true, Ordering::Relaxed);
         let term = lead(running, elector.as_ref(), &shutdown, &mut server).await;
-        ready.store(false, Ordering::Relaxed);
+        ready.leading.store(false, Ordering::Relaxed);
+        ready.leader.store(false, Ordering::Relaxed);
         match term {
             Term::Lost(why) => warn!(error = %why, "stopped leading; campaigning again"),
             Term::Stopped => break Ok(()),
             Term::Server(e) => break Err(RunError::Server(e)),
         }
     };
+    for t in hook.tasks {
+        t.abort();
+    }
     if let Some(e) = &elector {
         e.release().await;
     }
     info!("stopped");
     result
+}
+
+/// The leader's part of the webhook: keep its configuration current (and tell the
+/// reconciler which namespaces it covers), or remove it when the webhook is off. OLM
+/// keeps the configuration it declares itself.
+#[allow(clippy::type_complexity)]
+fn webhook_registration(
+    client: &Client,
+    cfg: &WebhookConfig,
+    hook: &webhook::serve::Served,
+    caps: ServerCapabilities,
+) -> (
+    Option<Coverage>,
+    Box<dyn FnOnce(Store<DynamicObject>) -> futures::future::BoxFuture<'static, ()> + Send>,
+) {
+    let client = client.clone();
+    match cfg.mode.clone() {
+        WebhookMode::SelfManaged { target } => {
+            let (coverage, covered, wake) = Coverage::new();
+            let ca_bundle = hook.ca_bundle.clone();
+            let keep = move |stacks| {
+                webhook::registration::keep(Keeper {
+                    client,
+                    stacks,
+                    ca_bundle,
+                    target,
+                    match_conditions: caps.webhook_match_conditions,
+                    covered,
+                    wake,
+                })
+                .boxed()
+            };
+            (Some(coverage), Box::new(keep))
+        }
+        WebhookMode::Off => (
+            None,
+            Box::new(move |_| webhook::registration::remove(client).boxed()),
+        ),
+        WebhookMode::External { .. } => (None, Box::new(|_| futures::future::ready(()).boxed())),
+    }
 }
 
 /// Why a term of leadership ended.
@@ -327,6 +394,7 @@ fn start(
     recorder: Recorder,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
+    webhook_coverage: Option<Coverage>,
 ) -> Running {
     let (stack_tx, stack_rx) = mpsc::unbounded_channel();
     let (node_tx, node_rx) = mpsc::unbounded_channel();
@@ -367,6 +435,7 @@ fn start(
         recorder,
         metrics,
         resync: cfg.resync,
+        webhook_coverage,
     });
     Running {
         controller: StackController {

@@ -30,6 +30,7 @@ use crate::controller::report;
 use crate::controller::stacks;
 use crate::controller::status::{self, Outcome};
 use crate::render::{ServerCapabilities, Settings};
+use crate::webhook::registration::Coverage;
 
 /// How soon a failed reconcile runs again.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
@@ -46,6 +47,9 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// How often a stack is looked at with nothing changed (it sends no writes then).
     pub resync: Duration,
+    /// The namespaces the zone-at-bind webhook covers; `None` when the operator does not
+    /// register it (switched off, or OLM's).
+    pub webhook_coverage: Option<Coverage>,
 }
 
 /// The step that failed, and why.
@@ -206,6 +210,7 @@ async fn apply(
     else {
         return Ok(None);
     };
+    wait_for_webhook(ctx, snapshot, plan).await;
     let result = ctx.applier.apply(snapshot, children, stale).await;
     let applies = &ctx.metrics.applies;
     match &result {
@@ -220,6 +225,19 @@ async fn apply(
         Err(_) => Metrics::count(applies, "failed", 1),
     }
     result.map(Some)
+}
+
+/// A zone-aware stack's workloads wait (briefly) until the zone-at-bind webhook covers
+/// their namespace, so that their pods are zoned in the binding from the first one. The
+/// wait ends at once when covered, and gives up after a few seconds: the annotator zones
+/// what the webhook does not.
+async fn wait_for_webhook(ctx: &Context, snapshot: &Snapshot, plan: &Plan) {
+    let (Some(coverage), true) = (&ctx.webhook_coverage, plan.eff.zone_aware()) else {
+        return;
+    };
+    if !coverage.wait_for(&snapshot.namespace).await {
+        warn!(namespace = %snapshot.namespace, "the zone-at-bind webhook does not cover this namespace yet; applying anyway, the annotator zones the pods");
+    }
 }
 
 /// Housekeeping for stacks deleted without a finalizer, which are never reconciled again.

@@ -12,10 +12,35 @@ use axum::Router;
 
 use crate::controller::metrics::Metrics;
 
+/// What `/readyz` answers from. The leader is ready once its caches have synced; a
+/// standby is ready once it serves the zone-at-bind webhook (its only work), so the
+/// webhook Service sends reviews to every replica that can answer them.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    pub leading: Arc<AtomicBool>,
+    pub leader: Arc<AtomicBool>,
+    webhook: Arc<std::sync::OnceLock<Arc<AtomicBool>>>,
+}
+
+impl Readiness {
+    pub fn set_webhook(&self, ready: Arc<AtomicBool>) {
+        let _ = self.webhook.set(ready);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        if self.leading.load(Ordering::Relaxed) {
+            return self.leader.load(Ordering::Relaxed);
+        }
+        self.webhook
+            .get()
+            .is_some_and(|w| w.load(Ordering::Relaxed))
+    }
+}
+
 #[derive(Clone)]
 struct AppState {
     metrics: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
+    ready: Readiness,
 }
 
 async fn healthz() -> &'static str {
@@ -23,10 +48,13 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    if s.ready.load(Ordering::Relaxed) {
+    if s.ready.is_ready() {
         (StatusCode::OK, "ok")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: caches not synced, or (standby) webhook not serving",
+        )
     }
 }
 
@@ -45,7 +73,7 @@ pub async fn serve(
     health: SocketAddr,
     metrics_addr: SocketAddr,
     m: Arc<Metrics>,
-    ready: Arc<AtomicBool>,
+    ready: Readiness,
 ) -> std::io::Result<()> {
     let state = AppState { metrics: m, ready };
     let probes = Router::new()

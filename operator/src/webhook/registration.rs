@@ -1,0 +1,443 @@
+//! The MutatingWebhookConfiguration, kept by the leader (installs without OLM).
+//!
+//! It is narrow on purpose: only `pods/binding` CREATE, only in namespaces that hold a
+//! zone-aware stack (so a cluster without one sends the webhook nothing), and on servers
+//! with `matchConditions` only for the stacks' pod names. It can never block scheduling:
+//! `failurePolicy: Ignore`, a 2 s timeout, no side effects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::ByteString;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use tokio::sync::{watch, Notify};
+use tracing::{info, warn};
+
+use crate::controller::stacks::is_zone_aware;
+use crate::names;
+
+/// The API server gives up on the webhook after this long and binds the pod anyway.
+pub const TIMEOUT_SECONDS: i32 = 2;
+/// How often the leader compares the configuration with the stacks it has (a reconcile
+/// that needs its namespace covered wakes it at once, see [`Coverage`]).
+const EVERY: Duration = Duration::from_secs(2);
+/// How often the live configuration is read back, so an edit by someone else (a wrong
+/// caBundle, a webhook removed) is undone.
+const REPAIR_EVERY: Duration = Duration::from_secs(20);
+/// The longest a zone-aware stack's first apply waits for the webhook to cover its
+/// namespace; after that it goes on, and the annotator zones its pods.
+pub const COVERAGE_WAIT: Duration = Duration::from_secs(5);
+
+/// The namespaces the applied configuration covers, for the reconciler: a zone-aware
+/// stack's workloads are applied once its namespace is covered, so its pods are zoned at
+/// bind from the first one.
+#[derive(Clone)]
+pub struct Coverage {
+    covered: watch::Receiver<BTreeSet<String>>,
+    wake: Arc<Notify>,
+}
+
+impl Coverage {
+    pub fn new() -> (Coverage, watch::Sender<BTreeSet<String>>, Arc<Notify>) {
+        let (tx, covered) = watch::channel(BTreeSet::new());
+        let wake = Arc::new(Notify::new());
+        (
+            Coverage {
+                covered,
+                wake: wake.clone(),
+            },
+            tx,
+            wake,
+        )
+    }
+
+    /// Waits until `namespace` is covered, at most [`COVERAGE_WAIT`]; false if it is not.
+    pub async fn wait_for(&self, namespace: &str) -> bool {
+        if self.covered.borrow().contains(namespace) {
+            return true;
+        }
+        self.wake.notify_one();
+        let mut rx = self.covered.clone();
+        tokio::time::timeout(COVERAGE_WAIT, rx.wait_for(|c| c.contains(namespace)))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// Where the API server reaches the webhook.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientTarget {
+    /// The Service in front of the operator's pods (in-cluster installs).
+    Service { namespace: String, name: String },
+    /// A base URL such as `https://127.0.0.1:9443` (an operator run outside the cluster).
+    Url(String),
+}
+
+impl ClientTarget {
+    /// The names the serving certificate must carry for the API server to trust it.
+    pub fn hosts(&self) -> Vec<String> {
+        match self {
+            ClientTarget::Service { namespace, name } => vec![
+                format!("{name}.{namespace}.svc"),
+                format!("{name}.{namespace}.svc.cluster.local"),
+            ],
+            ClientTarget::Url(url) => vec![url_host(url).to_string()],
+        }
+    }
+
+    fn client_config(&self, ca_bundle: &str) -> WebhookClientConfig {
+        let ca_bundle = Some(ByteString(ca_bundle.as_bytes().to_vec()));
+        match self {
+            ClientTarget::Service { namespace, name } => WebhookClientConfig {
+                ca_bundle,
+                service: Some(ServiceReference {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    path: Some(names::WEBHOOK_PATH_ZONE_AT_BIND.into()),
+                    port: Some(names::WEBHOOK_SERVICE_PORT),
+                }),
+                url: None,
+            },
+            ClientTarget::Url(base) => WebhookClientConfig {
+                ca_bundle,
+                service: None,
+                url: Some(format!(
+                    "{}{}",
+                    base.trim_end_matches('/'),
+                    names::WEBHOOK_PATH_ZONE_AT_BIND
+                )),
+            },
+        }
+    }
+}
+
+/// The host of `https://host:port/path` (an IPv6 address keeps no brackets).
+pub fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or(v6);
+    }
+    authority.split(':').next().unwrap_or(authority)
+}
+
+/// A zone-aware stack, as the configuration sees it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StackName {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// CEL over the Binding: true only for pods whose name starts with a zone-aware stack's
+/// name in that stack's namespace (every pod of a stack is `<stack>-<component>-...`).
+/// Names are DNS labels, so they need no escaping inside single quotes.
+pub fn match_expression(stacks: &[StackName]) -> String {
+    stacks
+        .iter()
+        .map(|s| {
+            format!(
+                "(request.namespace == '{}' && object.metadata.name.startsWith('{}-'))",
+                s.namespace, s.name
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" || ")
+}
+
+/// The whole configuration, a pure function of where the webhook is, the CA to trust,
+/// the zone-aware stacks and whether the server takes `matchConditions` (1.30+).
+pub fn configuration(
+    target: &ClientTarget,
+    ca_bundle: &str,
+    stacks: &[StackName],
+    match_conditions: bool,
+) -> MutatingWebhookConfiguration {
+    let namespaces: BTreeSet<&str> = stacks.iter().map(|s| s.namespace.as_str()).collect();
+    let webhook = MutatingWebhook {
+        name: names::WEBHOOK_ZONE_AT_BIND.into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: target.client_config(ca_bundle),
+        failure_policy: Some("Ignore".into()),
+        side_effects: "None".into(),
+        timeout_seconds: Some(TIMEOUT_SECONDS),
+        match_policy: Some("Equivalent".into()),
+        reinvocation_policy: Some("Never".into()),
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec!["".into()]),
+            api_versions: Some(vec!["v1".into()]),
+            operations: Some(vec!["CREATE".into()]),
+            resources: Some(vec!["pods/binding".into()]),
+            scope: Some("Namespaced".into()),
+        }]),
+        namespace_selector: Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: names::LABEL_NAMESPACE_NAME.into(),
+                operator: "In".into(),
+                values: Some(namespaces.iter().map(|n| n.to_string()).collect()),
+            }]),
+            match_labels: None,
+        }),
+        match_conditions: match_conditions.then(|| {
+            vec![MatchCondition {
+                name: "zone-aware-stack-pods".into(),
+                expression: match_expression(stacks),
+            }]
+        }),
+        object_selector: None,
+    };
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(names::WEBHOOK_CONFIGURATION.into()),
+            labels: Some(BTreeMap::from([(
+                names::LABEL_MANAGED_BY.to_string(),
+                names::CONTROLLER_NAME.to_string(),
+            )])),
+            ..Default::default()
+        },
+        // No zone-aware stack: no webhook at all, so the API server calls nothing.
+        webhooks: (!stacks.is_empty()).then(|| vec![webhook]),
+    }
+}
+
+/// The zone-aware stacks in the store, sorted, so the configuration is stable.
+pub fn zone_aware_stacks(stacks: &Store<kube::api::DynamicObject>) -> Vec<StackName> {
+    let mut v: Vec<StackName> = stacks
+        .state()
+        .iter()
+        .filter(|s| is_zone_aware(s))
+        .map(|s| StackName {
+            namespace: s.namespace().unwrap_or_default(),
+            name: s.name_any(),
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// What the leader needs to keep the configuration.
+pub struct Keeper {
+    pub client: Client,
+    pub stacks: Store<kube::api::DynamicObject>,
+    pub ca_bundle: watch::Receiver<Option<String>>,
+    pub target: ClientTarget,
+    pub match_conditions: bool,
+    pub covered: watch::Sender<BTreeSet<String>>,
+    pub wake: Arc<Notify>,
+}
+
+/// The parts of a webhook the operator sets, as the server returns them: what is
+/// compared to tell whether someone else changed the configuration.
+fn owned_parts(c: &MutatingWebhookConfiguration) -> Vec<serde_json::Value> {
+    c.webhooks
+        .iter()
+        .flatten()
+        .map(|w| {
+            serde_json::json!([
+                w.name,
+                w.client_config,
+                w.namespace_selector,
+                w.rules,
+                w.failure_policy,
+                w.timeout_seconds,
+                w.match_conditions
+            ])
+        })
+        .collect()
+}
+
+/// The namespaces a configuration sends to the webhook.
+fn covered_by(c: &MutatingWebhookConfiguration) -> BTreeSet<String> {
+    c.webhooks
+        .iter()
+        .flatten()
+        .filter_map(|w| w.namespace_selector.as_ref()?.match_expressions.as_ref())
+        .flatten()
+        .filter(|e| e.key == names::LABEL_NAMESPACE_NAME && e.operator == "In")
+        .flat_map(|e| e.values.iter().flatten().cloned())
+        .collect()
+}
+
+/// Keeps the configuration equal to [`configuration`] while this replica leads: applies
+/// it at the start of the term, whenever the stacks or the CA bundle change, and when a
+/// read-back finds it changed by someone else; writes nothing otherwise. Runs until its
+/// term's task is aborted.
+pub async fn keep(mut k: Keeper) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(k.client.clone());
+    let params = PatchParams::apply(names::FIELD_MANAGER).force();
+    let mut applied: Option<MutatingWebhookConfiguration> = None;
+    let mut checked = Instant::now();
+    loop {
+        let bundle = k.ca_bundle.borrow_and_update().clone();
+        if let Some(bundle) = bundle {
+            let want = configuration(
+                &k.target,
+                &bundle,
+                &zone_aware_stacks(&k.stacks),
+                k.match_conditions,
+            );
+            if applied.is_some() && checked.elapsed() >= REPAIR_EVERY {
+                checked = Instant::now();
+                if let Ok(live) = api.get_opt(names::WEBHOOK_CONFIGURATION).await {
+                    if live.as_ref().map(owned_parts) != Some(owned_parts(&want)) {
+                        warn!("the zone-at-bind webhook configuration was changed by someone else; applying it again");
+                        applied = None;
+                    }
+                }
+            }
+            if applied.as_ref() != Some(&want) {
+                match api
+                    .patch(names::WEBHOOK_CONFIGURATION, &params, &Patch::Apply(&want))
+                    .await
+                {
+                    Ok(_) => {
+                        let covered = covered_by(&want);
+                        info!(namespaces = ?covered, "zone-at-bind webhook configuration applied");
+                        k.covered.send_replace(covered);
+                        applied = Some(want);
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "cannot apply the zone-at-bind webhook configuration; pods get their zone from the annotator meanwhile")
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(EVERY) => {}
+            _ = k.ca_bundle.changed() => {}
+            _ = k.wake.notified() => {}
+        }
+    }
+}
+
+/// With the webhook switched off: removes the configuration this operator registered (and
+/// nothing of the same name it did not), so the API server stops calling a server that
+/// is not there.
+pub async fn remove(client: Client) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client);
+    match api.get_opt(names::WEBHOOK_CONFIGURATION).await {
+        Ok(Some(c))
+            if c.labels().get(names::LABEL_MANAGED_BY).map(String::as_str)
+                == Some(names::CONTROLLER_NAME) =>
+        {
+            match api
+                .delete(names::WEBHOOK_CONFIGURATION, &DeleteParams::default())
+                .await
+            {
+                Ok(_) => info!("zone-at-bind webhook is off: its configuration was removed"),
+                Err(e) => warn!(error = %e, "cannot remove the zone-at-bind webhook configuration"),
+            }
+        }
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "cannot read the zone-at-bind webhook configuration"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stacks() -> Vec<StackName> {
+        vec![
+            StackName {
+                namespace: "logs".into(),
+                name: "a".into(),
+            },
+            StackName {
+                namespace: "logs".into(),
+                name: "b".into(),
+            },
+            StackName {
+                namespace: "team".into(),
+                name: "c".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn narrow_and_never_blocking() {
+        let target = ClientTarget::Service {
+            namespace: "op".into(),
+            name: names::WEBHOOK_SERVICE.into(),
+        };
+        let c = configuration(&target, "PEM", &stacks(), true);
+        let w = &c.webhooks.expect("one webhook")[0];
+        assert_eq!(w.failure_policy.as_deref(), Some("Ignore"));
+        assert_eq!(w.side_effects, "None");
+        assert_eq!(w.timeout_seconds, Some(TIMEOUT_SECONDS));
+        let rule = &w.rules.as_ref().expect("rules")[0];
+        assert_eq!(
+            rule.resources.as_deref(),
+            Some(&["pods/binding".to_string()][..])
+        );
+        assert_eq!(
+            rule.operations.as_deref(),
+            Some(&["CREATE".to_string()][..])
+        );
+        let sel = &w
+            .namespace_selector
+            .as_ref()
+            .and_then(|s| s.match_expressions.clone())
+            .expect("selector")[0];
+        assert_eq!(sel.key, names::LABEL_NAMESPACE_NAME);
+        assert_eq!(
+            sel.values.as_deref(),
+            Some(&["logs".to_string(), "team".to_string()][..])
+        );
+        let cond = &w.match_conditions.as_ref().expect("conditions")[0];
+        assert_eq!(
+            cond.expression,
+            "(request.namespace == 'logs' && object.metadata.name.startsWith('a-')) || (request.namespace == 'logs' && object.metadata.name.startsWith('b-')) || (request.namespace == 'team' && object.metadata.name.startsWith('c-'))"
+        );
+        let svc = w.client_config.service.as_ref().expect("service");
+        assert_eq!(
+            (svc.namespace.as_str(), svc.port),
+            ("op", Some(names::WEBHOOK_SERVICE_PORT))
+        );
+        assert_eq!(
+            w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
+            Some(&b"PEM"[..])
+        );
+    }
+
+    #[test]
+    fn older_servers_get_no_match_conditions_and_no_stacks_no_webhook() {
+        let target = ClientTarget::Url("https://127.0.0.1:9443/".into());
+        let c = configuration(&target, "PEM", &stacks(), false);
+        let w = &c.webhooks.expect("one webhook")[0];
+        assert!(w.match_conditions.is_none());
+        assert_eq!(
+            w.client_config.url.as_deref(),
+            Some("https://127.0.0.1:9443/zone-at-bind")
+        );
+        assert!(configuration(&target, "PEM", &[], true).webhooks.is_none());
+    }
+
+    #[test]
+    fn certificate_hosts() {
+        assert_eq!(
+            ClientTarget::Url("https://127.0.0.1:9443".into()).hosts(),
+            ["127.0.0.1"]
+        );
+        assert_eq!(
+            ClientTarget::Url("https://[::1]:9443/x".into()).hosts(),
+            ["::1"]
+        );
+        assert_eq!(
+            ClientTarget::Url("https://op.example".into()).hosts(),
+            ["op.example"]
+        );
+        let svc = ClientTarget::Service {
+            namespace: "op".into(),
+            name: "wh".into(),
+        };
+        assert_eq!(svc.hosts(), ["wh.op.svc", "wh.op.svc.cluster.local"]);
+    }
+}

@@ -1,0 +1,357 @@
+//! The webhook at run time, in every replica: its caches, its certificate, and the HTTPS
+//! handler that answers `pods/binding` reviews.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use k8s_openapi::api::core::v1::{Binding, Node, Pod, Secret};
+use kube::api::{Api, PostParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use super::binding::{self, BindDecision};
+use super::certs::{self, CertAction, Certs, LIFETIMES};
+use super::tls::{self, CertSlot};
+use super::{WebhookConfig, WebhookMode};
+use crate::controller::caches::{self, synced};
+use crate::controller::metrics::Metrics;
+use crate::controller::scope::Scope;
+use crate::names;
+
+/// How often the certificate is read again (a rotation by another replica, or new
+/// files from OLM, is served within this long).
+const CERT_RELOAD: Duration = Duration::from_secs(30);
+const CERT_RETRY: Duration = Duration::from_secs(3);
+/// A pod the cache has not seen yet (created a moment before its binding) is read from
+/// the API server, within this budget: the API server waits for the answer.
+const POD_READ_BUDGET: Duration = Duration::from_millis(500);
+
+/// What the rest of the process sees of the webhook.
+pub struct Served {
+    /// Caches synced and a certificate loaded: `/readyz` of a standby replica.
+    pub ready: Arc<AtomicBool>,
+    /// The CA bundle the configuration must carry (self-managed certificates only).
+    pub ca_bundle: watch::Receiver<Option<String>>,
+    pub tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Clone)]
+struct Hook {
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    client: Client,
+    metrics: Arc<Metrics>,
+}
+
+/// Binds the webhook port (an error here is the operator's to report at start) and starts
+/// everything the webhook needs. `Off` starts nothing.
+pub async fn start(
+    client: &Client,
+    cfg: &WebhookConfig,
+    scope: &Scope,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<Served> {
+    let (bundle_tx, ca_bundle) = watch::channel(None);
+    let ready = Arc::new(AtomicBool::new(false));
+    if matches!(cfg.mode, WebhookMode::Off) {
+        return Ok(Served {
+            ready,
+            ca_bundle,
+            tasks: Vec::new(),
+        });
+    }
+    let listener = tokio::net::TcpListener::bind(cfg.addr).await?;
+    let slot = Arc::new(CertSlot::default());
+    let (nodes, node_task) = caches::spawn_typed(
+        vec![(None, Api::all(client.clone()))],
+        watcher::Config::default(),
+        caches::strip_node,
+        |_| {},
+    );
+    let selector = format!(
+        "{}={}",
+        names::LABEL_ZONE_AWARE,
+        names::LABEL_ZONE_AWARE_VALUE
+    );
+    let (pods, pod_task) = caches::spawn_typed(
+        scope.watches(
+            || Api::all(client.clone()),
+            |ns| Api::namespaced(client.clone(), ns),
+        ),
+        watcher::Config::default().labels(&selector),
+        caches::strip_pod,
+        |_| {},
+    );
+    let certs = match &cfg.mode {
+        WebhookMode::SelfManaged { target } => tokio::spawn(keep_certs(
+            Api::namespaced(client.clone(), &cfg.namespace),
+            target.hosts(),
+            slot.clone(),
+            bundle_tx,
+        )),
+        WebhookMode::External { dir } => tokio::spawn(keep_files(dir.clone(), slot.clone())),
+        WebhookMode::Off => unreachable!("returned above"),
+    };
+    let hook = Hook {
+        pods: pods.clone(),
+        nodes: nodes.clone(),
+        client: client.clone(),
+        metrics,
+    };
+    let router = Router::new()
+        .route(names::WEBHOOK_PATH_ZONE_AT_BIND, post(zone_at_bind))
+        .with_state(hook);
+    let server_slot = slot.clone();
+    let server = tokio::spawn(async move {
+        if let Err(e) = tls::serve(listener, server_slot, router).await {
+            warn!(error = %e, "webhook server stopped");
+        }
+    });
+    let readiness = tokio::spawn(mark_ready(nodes, pods, slot, ready.clone()));
+    info!(addr = %cfg.addr, mode = ?cfg.mode, "zone-at-bind webhook serving");
+    Ok(Served {
+        ready,
+        ca_bundle,
+        tasks: vec![node_task, pod_task, certs, server, readiness],
+    })
+}
+
+async fn mark_ready(
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    slot: Arc<CertSlot>,
+    ready: Arc<AtomicBool>,
+) {
+    if !(synced("webhook nodes", &nodes).await & synced("webhook zone-aware pods", &pods).await) {
+        return;
+    }
+    while !slot.is_set() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ready.store(true, Ordering::Relaxed);
+}
+
+async fn zone_at_bind(State(hook): State<Hook>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let review: AdmissionReview<Binding> = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("not an AdmissionReview: {e}"),
+            )
+                .into_response()
+        }
+    };
+    let request: Result<AdmissionRequest<Binding>, _> = review.try_into();
+    let response = match request {
+        Ok(req) => hook.answer(&req).await,
+        Err(e) => AdmissionResponse::invalid(e),
+    };
+    hook.metrics
+        .webhook_duration
+        .observe(started.elapsed().as_secs_f64());
+    match serde_json::to_vec(&response.into_review()) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+impl Hook {
+    /// Always allows; adds the zone when everything needed is known.
+    async fn answer(&self, req: &AdmissionRequest<Binding>) -> AdmissionResponse {
+        let allowed = AdmissionResponse::from(req);
+        let Some(binding) = &req.object else {
+            return allowed;
+        };
+        let namespace = req.namespace.clone().unwrap_or_default();
+        let name = binding
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_else(|| req.name.clone());
+        let pod = match self.pods.get(&ObjectRef::new(&name).within(&namespace)) {
+            Some(p) => Some(p),
+            None => self.read_pod(&namespace, &name).await.map(Arc::new),
+        };
+        let node = binding::target_node(binding).and_then(|n| self.nodes.get(&ObjectRef::new(n)));
+        let decision = binding::decide(binding, pod.as_deref(), node.as_deref());
+        Metrics::count(&self.metrics.webhook_bindings, decision.result(), 1);
+        let BindDecision::Zone(zone) = decision else {
+            debug!(pod = %name, namespace = %namespace, result = decision.result(), "binding left unchanged");
+            return allowed;
+        };
+        match allowed
+            .clone()
+            .with_patch(binding::zone_patch(binding, &zone))
+        {
+            Ok(r) => {
+                self.metrics.zoned("bind");
+                r
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot encode the zone patch; the annotator zones the pod");
+                allowed
+            }
+        }
+    }
+
+    async fn read_pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        Metrics::count(&self.metrics.webhook_pod_reads, "read", 1);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match tokio::time::timeout(POD_READ_BUDGET, api.get_opt(name)).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                debug!(pod = name, error = %e, "cannot read the pod being bound");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[derive(Debug, thiserror::Error)]
+enum CertSyncError {
+    #[error("cannot read or write Secret {secret}: {source}", secret = names::WEBHOOK_CERT_SECRET)]
+    Api {
+        #[from]
+        source: kube::Error,
+    },
+    #[error(transparent)]
+    Certs(#[from] certs::CertError),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+}
+
+/// Reads the certificate Secret, creates or rotates it when [`certs::plan`] says so (any
+/// replica may; the resourceVersion makes concurrent writers take turns), and serves what
+/// it holds.
+async fn keep_certs(
+    api: Api<Secret>,
+    hosts: Vec<String>,
+    slot: Arc<CertSlot>,
+    bundle: watch::Sender<Option<String>>,
+) {
+    let mut serving: Option<String> = None;
+    loop {
+        let next = match sync_certs(&api, &hosts).await {
+            Ok(c) => match load(&slot, &mut serving, &c.tls_crt, &c.tls_key) {
+                Ok(()) => {
+                    bundle.send_if_modified(|b| {
+                        let new = Some(c.ca_bundle());
+                        let changed = *b != new;
+                        *b = new;
+                        changed
+                    });
+                    CERT_RELOAD
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot load the webhook certificate");
+                    CERT_RETRY
+                }
+            },
+            Err(e) => {
+                warn!(error = %e, "webhook certificate not ready; pods get their zone from the annotator meanwhile");
+                CERT_RETRY
+            }
+        };
+        tokio::time::sleep(next).await;
+    }
+}
+
+async fn sync_certs(api: &Api<Secret>, hosts: &[String]) -> Result<Certs, CertSyncError> {
+    let secret = api.get_opt(names::WEBHOOK_CERT_SECRET).await?;
+    let current = secret.as_ref().and_then(|s| {
+        certs::from_secret(s)
+            .map_err(|e| warn!(error = %e, "the webhook certificate Secret is unusable; issuing a new one"))
+            .ok()
+    });
+    let now = unix_now();
+    let action = certs::plan(now, current.as_ref(), hosts, &LIFETIMES);
+    if let (CertAction::Keep, Some(c)) = (&action, &current) {
+        return Ok(c.clone());
+    }
+    let new = certs::carry_out(&action, now, current, hosts, &LIFETIMES)?.ok_or(
+        certs::CertError::Unreadable {
+            secret: names::WEBHOOK_CERT_SECRET.into(),
+            what: "nothing to keep".into(),
+        },
+    )?;
+    let mut s = certs::to_secret(&new);
+    s.metadata.name = Some(names::WEBHOOK_CERT_SECRET.into());
+    match secret {
+        None => {
+            api.create(&PostParams::default(), &s).await?;
+        }
+        Some(old) => {
+            s.metadata.resource_version = old.metadata.resource_version;
+            api.replace(names::WEBHOOK_CERT_SECRET, &PostParams::default(), &s)
+                .await?;
+        }
+    }
+    info!(?action, hosts = ?hosts, "webhook certificate written");
+    Ok(new)
+}
+
+/// Puts a certificate into the slot unless it is the one already served.
+fn load(
+    slot: &CertSlot,
+    serving: &mut Option<String>,
+    crt: &str,
+    key: &str,
+) -> Result<(), tls::TlsError> {
+    if serving.as_deref() == Some(crt) {
+        return Ok(());
+    }
+    slot.set(tls::certified_key(crt.as_bytes(), key.as_bytes())?);
+    *serving = Some(crt.to_string());
+    info!("webhook serving certificate loaded");
+    Ok(())
+}
+
+/// OLM mounts `tls.crt` and `tls.key` and rotates them in place.
+async fn keep_files(dir: PathBuf, slot: Arc<CertSlot>) {
+    let mut serving = None;
+    loop {
+        let next = match read_files(&dir) {
+            Ok((crt, key)) => match load(&slot, &mut serving, &crt, &key) {
+                Ok(()) => CERT_RELOAD,
+                Err(e) => {
+                    warn!(dir = %dir.display(), error = %e, "cannot load the webhook certificate");
+                    CERT_RETRY
+                }
+            },
+            Err(e) => {
+                warn!(dir = %dir.display(), error = %e, "cannot read the webhook certificate");
+                CERT_RETRY
+            }
+        };
+        tokio::time::sleep(next).await;
+    }
+}
+
+fn read_files(dir: &Path) -> std::io::Result<(String, String)> {
+    Ok((
+        std::fs::read_to_string(dir.join(certs::TLS_CRT))?,
+        std::fs::read_to_string(dir.join(certs::TLS_KEY))?,
+    ))
+}

@@ -1,0 +1,239 @@
+//! HTTPS for the webhook: a rustls server whose certificate is swapped in place when the
+//! Secret (or OLM's mounted files) change, so a rotation needs no restart and drops no
+//! connection.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::crypto::{ring, CryptoProvider};
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+use tracing::debug;
+
+/// A client that opens a connection and never finishes the handshake is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("the certificate is not PEM: {0}")]
+    Certificate(String),
+    #[error("the private key is not PEM: {0}")]
+    Key(String),
+    #[error("the key does not go with the certificate: {0}")]
+    Mismatch(#[from] tokio_rustls::rustls::Error),
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(ring::default_provider())
+}
+
+/// A certificate and key, checked to belong together.
+pub fn certified_key(crt_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey, TlsError> {
+    let chain = CertificateDer::pem_slice_iter(crt_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Certificate(e.to_string()))?;
+    if chain.is_empty() {
+        return Err(TlsError::Certificate("no CERTIFICATE block".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::Key(e.to_string()))?;
+    Ok(CertifiedKey::from_der(chain, key, &provider())?)
+}
+
+/// The certificate the server presents; empty until the first one is loaded, and then a
+/// handshake fails (the API server, with `failurePolicy: Ignore`, goes on without us).
+#[derive(Debug, Default)]
+pub struct CertSlot(RwLock<Option<Arc<CertifiedKey>>>);
+
+impl CertSlot {
+    pub fn set(&self, key: CertifiedKey) {
+        // A poisoned lock only means a writer panicked between two whole values.
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(key));
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+}
+
+impl ResolvesServerCert for CertSlot {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+pub fn server_config(slot: Arc<CertSlot>) -> Result<ServerConfig, TlsError> {
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(slot);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Serves `router` over TLS on `listener` until the task is dropped.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    slot: Arc<CertSlot>,
+    router: Router,
+) -> std::io::Result<()> {
+    let config = server_config(slot).map_err(std::io::Error::other)?;
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            // Out of file descriptors and the like: the listener itself still works.
+            Err(e) => {
+                debug!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, router) = (acceptor.clone(), router.clone());
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => return debug!(%peer, "TLS handshake timed out"),
+            };
+            let service = TowerToHyperService::new(router);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service);
+            if let Err(e) = conn.await {
+                debug!(%peer, error = %e, "webhook connection ended with an error");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::certs::{carry_out, CertAction, Certs, LIFETIMES};
+    use rustls_pki_types::ServerName;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+    use tokio_rustls::TlsConnector;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn issue(hosts: &[&str]) -> Certs {
+        let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(NOW, |d| i64::try_from(d.as_secs()).unwrap_or(NOW));
+        carry_out(&CertAction::Create, now, None, &hosts, &LIFETIMES)
+            .expect("issues")
+            .expect("some")
+    }
+
+    /// A TLS handshake, as the API server makes it: trusting only `ca_bundle`, for `host`.
+    async fn handshake(slot: Arc<CertSlot>, ca_bundle: &str, host: &str) -> Result<(), String> {
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
+            roots
+                .add(c.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let client = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let server = TlsAcceptor::from(Arc::new(server_config(slot).map_err(|e| e.to_string())?));
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(async move {
+            let mut s = server.accept(b).await.map_err(|e| e.to_string())?;
+            s.write_all(b"ok").await.map_err(|e| e.to_string())?;
+            s.shutdown().await.map_err(|e| e.to_string())
+        });
+        let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+        let mut c = TlsConnector::from(Arc::new(client))
+            .connect(name, a)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).await.map_err(|e| e.to_string())?;
+        served.await.map_err(|e| e.to_string())??;
+        (got == b"ok")
+            .then_some(())
+            .ok_or_else(|| "no reply".into())
+    }
+
+    #[tokio::test]
+    async fn the_issued_certificate_is_trusted_through_the_bundle_only() {
+        let certs = issue(&["wh.op.svc", "127.0.0.1"]);
+        let slot = Arc::new(CertSlot::default());
+        slot.set(
+            certified_key(certs.tls_crt.as_bytes(), certs.tls_key.as_bytes()).expect("key matches"),
+        );
+        handshake(slot.clone(), &certs.ca_bundle(), "wh.op.svc")
+            .await
+            .expect("trusted by name");
+        handshake(slot.clone(), &certs.ca_bundle(), "127.0.0.1")
+            .await
+            .expect("trusted by IP");
+        let e = handshake(slot.clone(), &certs.ca_bundle(), "other.op.svc").await;
+        assert!(e.is_err(), "a host not in the certificate must fail");
+        let stranger = issue(&["wh.op.svc"]);
+        let e = handshake(slot, &stranger.ca_bundle(), "wh.op.svc").await;
+        assert!(e.is_err(), "another CA must not be trusted");
+    }
+
+    /// Verified at the real time (rustls checks validity against the clock): the old CA
+    /// was issued long enough ago that its rotation is due now.
+    #[tokio::test]
+    async fn a_rotated_ca_still_trusts_the_old_certificate_and_then_the_new_one() {
+        let hosts = vec!["wh.op.svc".to_string()];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(NOW, |d| i64::try_from(d.as_secs()).unwrap_or(NOW));
+        let step = |action, at, c: Option<Certs>| {
+            carry_out(&action, at, c, &hosts, &LIFETIMES)
+                .expect("issues")
+                .expect("some")
+        };
+        let long_ago = now - (LIFETIMES.ca_secs - LIFETIMES.ca_secs / 3) - 60;
+        let old = step(
+            CertAction::IssueServing,
+            now,
+            Some(step(CertAction::Create, long_ago, None)),
+        );
+        let rotated = step(CertAction::RotateCa, now, Some(old.clone()));
+        let slot = Arc::new(CertSlot::default());
+        slot.set(certified_key(old.tls_crt.as_bytes(), old.tls_key.as_bytes()).expect("key"));
+        handshake(slot.clone(), &rotated.ca_bundle(), "wh.op.svc")
+            .await
+            .expect("old cert, new bundle");
+        let reissued = step(CertAction::IssueServing, now, Some(rotated.clone()));
+        slot.set(
+            certified_key(reissued.tls_crt.as_bytes(), reissued.tls_key.as_bytes()).expect("key"),
+        );
+        handshake(slot.clone(), &rotated.ca_bundle(), "wh.op.svc")
+            .await
+            .expect("new cert, bundle of both");
+        handshake(slot.clone(), &rotated.ca_crt, "wh.op.svc")
+            .await
+            .expect("signed by the new CA");
+        let e = handshake(slot, &old.ca_crt, "wh.op.svc").await;
+        assert!(
+            e.is_err(),
+            "the new certificate is not signed by the old CA"
+        );
+    }
+
+    #[test]
+    fn a_key_that_does_not_match_is_refused() {
+        let a = issue(&["a"]);
+        let b = issue(&["a"]);
+        assert!(certified_key(a.tls_crt.as_bytes(), b.tls_key.as_bytes()).is_err());
+        assert!(certified_key(b"junk", a.tls_key.as_bytes()).is_err());
+    }
+}
