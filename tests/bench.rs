@@ -1,11 +1,15 @@
 //! `make bench`: the operator's speed, memory and API cost, measured on the local control
 //! plane with the release binary. Each figure is printed as a table row beside its target.
 //!
-//! 1. Bind → annotated: 300 zone-aware pods over 30 nodes in 3 zones; per pod, the time
+//! 1. Bind → zoned: 300 zone-aware pods over 30 nodes in 3 zones; per pod, the time
 //!    from the watch event where `spec.nodeName` appears to the one where the zone
-//!    annotation appears. Throughput is the annotator catching up on 300 bound pods;
-//!    the floor is the same 300 conditional merge patches sent by a bare client loop
-//!    (same concurrency) against the same API server.
+//!    annotation appears (0 when the same event carries both). Three paths, in one run:
+//!    the zone-at-bind webhook (share zoned in the binding event, its response time, the
+//!    operator's extra writes per pod from the audit log); the webhook switched off (the
+//!    annotator alone); and a bare client that patches the instant it sees a bind, as the
+//!    floor. Throughput is the annotator catching up on 300 bound pods; its floor is the
+//!    same 300 conditional merge patches sent by a bare client loop (same concurrency)
+//!    against the same API server.
 //! 2. Memory: resident set of the operator with one zone-aware stack, then after 1,000
 //!    more nodes and 20,000 unrelated pods.
 //! 3. Idle API cost: requests by verb over ten resync periods with nothing changing, from
@@ -88,11 +92,18 @@ fn zone_aware_pod(name: &str) -> Result<Pod> {
 type Seen = Arc<Mutex<HashMap<String, (Option<Instant>, Option<Instant>)>>>;
 
 fn watch_pods(client: &Client, ns: &str) -> Seen {
+    watch_labelled(client, ns, "bench=annotate")
+}
+
+/// Records, per pod labelled `labels`, when the bench's watch first saw it bound and
+/// first saw its zone; both are the same instant when the bind event carried the zone.
+fn watch_labelled(client: &Client, ns: &str, labels: &str) -> Seen {
     let seen: Seen = Arc::default();
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let s = seen.clone();
+    let config = watcher::Config::default().labels(labels);
     tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default().labels("bench=annotate"))
+        let stream = watcher(api, config)
             .default_backoff()
             .applied_objects();
         futures::pin_mut!(stream);
@@ -116,16 +127,22 @@ fn watch_pods(client: &Client, ns: &str) -> Seen {
 }
 
 async fn create_pods(client: &Client, ns: &str, prefix: &str) -> Result<()> {
+    create_pods_of(client, ns, prefix, zone_aware_pod).await
+}
+
+async fn create_pods_of(
+    client: &Client,
+    ns: &str,
+    prefix: &str,
+    make: fn(&str) -> Result<Pod>,
+) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let results: Vec<Result<()>> = stream::iter(0..PODS)
         .map(|i| {
             let api = api.clone();
             async move {
-                api.create(
-                    &PostParams::default(),
-                    &zone_aware_pod(&format!("{prefix}-{i}"))?,
-                )
-                .await?;
+                api.create(&PostParams::default(), &make(&format!("{prefix}-{i}"))?)
+                    .await?;
                 Ok(())
             }
         })
@@ -185,16 +202,54 @@ async fn run() -> Result<Vec<Row>> {
     let _sim = sim.run();
     let op_kubeconfig = operator::service_account_kubeconfig(&admin, &cp).await?;
     let resync = format!("{RESYNC_SECS}s");
-    let start_operator =
-        || -> Result<Operator> { Operator::start(&op_kubeconfig, &cp.dir, &["--resync", &resync]) };
-    let mut op = start_operator()?;
+    let mut op = Operator::start(&op_kubeconfig, &cp.dir, &["--resync", &resync])?;
     op.wait_ready(Duration::from_secs(60)).await?;
 
-    // 1. Bind -> annotated.
-    println!("1. bind -> annotated, {PODS} pods over 30 nodes in 3 zones");
+    // 1a. Zone at bind: the webhook path.
+    println!("1. bind -> zoned, {PODS} pods over 30 nodes in 3 zones");
+    let hook = webhook_path(&admin, &cp).await?;
+    bind_rows(&mut rows, "webhook", &hook);
+    let share = 100.0 * hook.at_bind as f64 / PODS as f64;
+    row(
+        &mut rows,
+        "webhook: share zoned in the binding event",
+        format!("{share:.1}%"),
+        "≥ 99%",
+        Some(share >= 99.0),
+    );
+    row(
+        &mut rows,
+        "webhook: extra API writes per pod (target row)",
+        format!("{:.2}", hook.writes_per_pod),
+        "0",
+        Some(hook.writes_per_pod == 0.0),
+    );
+    let text = op.metrics().await?;
+    let (r50, _) = histogram_quantile(&text, "loki_zone_operator_webhook_response_seconds", 0.5);
+    let (r99, answered) =
+        histogram_quantile(&text, "loki_zone_operator_webhook_response_seconds", 0.99);
+    row(
+        &mut rows,
+        "webhook: response p50 / p99 (operator-side histogram)",
+        format!(
+            "≤ {:.1} / ≤ {:.1} ms over {answered} reviews",
+            r50 * 1000.0,
+            r99 * 1000.0
+        ),
+        "p99 < 10 ms",
+        Some(r99 < 0.010),
+    );
+
+    // 1b. The webhook switched off: the annotator alone.
+    op.stop();
+    let no_webhook = ["--resync", resync.as_str(), "--bind-webhook=false"];
+    let start_operator = || -> Result<Operator> { Operator::start(&op_kubeconfig, &cp.dir, &no_webhook) };
+    op = start_operator()?;
+    op.wait_ready(Duration::from_secs(60)).await?;
     let ns = "bench-annotate";
     namespace_with_storage_secret(&admin, ns).await?;
     let seen = watch_pods(&admin, ns);
+    let from = audit_len(&cp);
     create_pods(&admin, ns, "live").await?;
     eventually("live pods annotated", Duration::from_secs(180), || async {
         let m = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -260,6 +315,26 @@ async fn run() -> Result<Vec<Row>> {
         format!("{max:.1} ms"),
         "-",
         None,
+    );
+
+    let (lat, at_bind) = bind_latencies(&seen, "live-");
+    let off = BindPath {
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        at_bind,
+        writes_per_pod: pod_patches(&cp, ns, from) as f64 / PODS as f64,
+    };
+    bind_rows(&mut rows, "webhook off", &off);
+    // 1c. The floor: a bare bind-time patch client.
+    let floor = bind_time_floor(&admin).await?;
+    bind_rows(&mut rows, "floor (bare bind-time patch client)", &floor);
+    let ratio = off.p99 / floor.p99;
+    row(
+        &mut rows,
+        "webhook off p99 ÷ floor p99",
+        format!("{ratio:.2}x"),
+        "≤ 2x",
+        Some(ratio <= 2.0),
     );
 
     let (le, count) = histogram_quantile(
@@ -666,4 +741,174 @@ fn main() -> std::process::ExitCode {
         started.elapsed()
     );
     std::process::ExitCode::SUCCESS
+}
+
+/// A pod no operator zones: the bare bind-time client of [`bind_time_floor`] does.
+fn floor_pod(name: &str) -> Result<Pod> {
+    let mut p = zone_aware_pod(name)?;
+    p.metadata.labels = Some([("bench".to_string(), "floor".to_string())].into());
+    Ok(p)
+}
+
+/// Per pod of a [`Seen`] map whose name starts with `prefix`: the bind→zoned latencies
+/// (ms, sorted) and how many pods carried their zone in the event that bound them.
+fn bind_latencies(seen: &Seen, prefix: &str) -> (Vec<f64>, usize) {
+    let m = seen.lock().unwrap_or_else(|e| e.into_inner());
+    let pairs: Vec<(Instant, Instant)> = m
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .filter_map(|(_, (b, a))| Some(((*b)?, (*a)?)))
+        .collect();
+    let at_bind = pairs.iter().filter(|(b, a)| a == b).count();
+    let mut lat: Vec<f64> = pairs
+        .iter()
+        .map(|(b, a)| a.saturating_duration_since(*b).as_secs_f64() * 1000.0)
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    (lat, at_bind)
+}
+
+async fn wait_zoned(seen: &Seen, prefix: &str, what: &str) -> Result<()> {
+    eventually(what, Duration::from_secs(180), || async {
+        let m = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m
+            .iter()
+            .filter(|(k, v)| k.starts_with(prefix) && v.0.is_some() && v.1.is_some())
+            .count();
+        Ok((n == PODS).then_some(()))
+    })
+    .await
+}
+
+/// The operator's pod patches in `ns` since byte `from` of the audit log.
+fn pod_patches(cp: &ControlPlane, ns: &str, from: usize) -> usize {
+    let text = std::fs::read_to_string(cp.dir.join("audit.log")).unwrap_or_default();
+    let user = operator::service_account_user();
+    text[from.min(text.len())..]
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| {
+            e["user"]["username"] == user.as_str()
+                && e["verb"] == "patch"
+                && e["objectRef"]["resource"] == "pods"
+                && e["objectRef"]["namespace"] == ns
+        })
+        .count()
+}
+
+fn audit_len(cp: &ControlPlane) -> usize {
+    std::fs::metadata(cp.dir.join("audit.log")).map_or(0, |m| m.len() as usize)
+}
+
+/// What one bind-time path measured.
+struct BindPath {
+    p50: f64,
+    p99: f64,
+    at_bind: usize,
+    writes_per_pod: f64,
+}
+
+fn bind_rows(rows: &mut Vec<Row>, label: &str, m: &BindPath) {
+    row(
+        rows,
+        &format!("{label}: bind→zoned p50 / p99"),
+        format!("{:.1} / {:.1} ms", m.p50, m.p99),
+        "-",
+        None,
+    );
+    row(
+        rows,
+        &format!("{label}: zoned in the binding event"),
+        format!("{} of {PODS}", m.at_bind),
+        "-",
+        None,
+    );
+    row(
+        rows,
+        &format!("{label}: extra API writes per pod"),
+        format!("{:.2}", m.writes_per_pod),
+        "-",
+        None,
+    );
+}
+
+/// 1a. The zone-at-bind webhook: pods of a namespace with a zone-aware stack, named like
+/// that stack's pods (as matchConditions on 1.30+ require). The stack is Unmanaged, so
+/// the operator writes nothing else there.
+async fn webhook_path(admin: &Client, cp: &ControlPlane) -> Result<BindPath> {
+    let ns = "bench-bind";
+    namespace_with_storage_secret(admin, ns).await?;
+    let mut s = stack("bench", "1x.demo", true)?;
+    s.spec.management_state = loki_zone_operator::api::ManagementState::Unmanaged;
+    Api::<LokiStack>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await?;
+    let configs: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(admin.clone());
+    eventually("the webhook covers bench-bind", Duration::from_secs(60), || async {
+        let c = configs.get_opt(loki_zone_operator::names::WEBHOOK_CONFIGURATION).await?;
+        let text = serde_json::to_string(&c)?;
+        Ok(text.contains(&format!("\"{ns}\"")).then_some(()))
+    })
+    .await?;
+    let seen = watch_pods(admin, ns);
+    let from = audit_len(cp);
+    create_pods(admin, ns, "bench-bind").await?;
+    wait_zoned(&seen, "bench-bind-", "pods zoned (webhook)").await?;
+    let (lat, at_bind) = bind_latencies(&seen, "bench-bind-");
+    // The annotator may still be finishing a patch for a pod the webhook missed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = pod_patches(cp, ns, from);
+    Ok(BindPath {
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        at_bind,
+        writes_per_pod: writes as f64 / PODS as f64,
+    })
+}
+
+/// 1c. The floor: a bare client that watches the pods and sends the conditional zone
+/// patch the instant it sees a bind (what the annotator does, with nothing else to do),
+/// while the operator is stopped.
+async fn bind_time_floor(admin: &Client) -> Result<BindPath> {
+    let ns = "bench-floor";
+    namespace_with_storage_secret(admin, ns).await?;
+    let seen = watch_labelled(admin, ns, "bench=floor");
+    let api: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let patched: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let client = {
+        let (api, patched) = (api.clone(), patched.clone());
+        tokio::spawn(async move {
+            let stream = watcher(api.clone(), watcher::Config::default().labels("bench=floor"))
+                .default_backoff()
+                .applied_objects();
+            futures::pin_mut!(stream);
+            while let Some(Ok(p)) = stream.next().await {
+                let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+                let fresh = patched.lock().unwrap_or_else(|e| e.into_inner()).insert(p.name_any());
+                if !bound || !fresh {
+                    if !bound {
+                        patched.lock().unwrap_or_else(|e| e.into_inner()).remove(&p.name_any());
+                    }
+                    continue;
+                }
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let patch = json!({"metadata": {"resourceVersion": p.resource_version(), "annotations": {"loki.grafana.com/availability-zone": "zone"}}});
+                    let _ = api.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                });
+            }
+        })
+    };
+    create_pods_of(admin, ns, "floor", floor_pod).await?;
+    let done = wait_zoned(&seen, "floor-", "pods zoned (bare client)").await;
+    client.abort();
+    done?;
+    let (lat, at_bind) = bind_latencies(&seen, "floor-");
+    Ok(BindPath {
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        at_bind,
+        writes_per_pod: 1.0,
+    })
 }

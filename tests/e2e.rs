@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use loki_zone_operator::api::LokiStack;
+use loki_zone_operator::names;
 use loki_zone_operator_tests::admission;
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
@@ -41,6 +42,14 @@ use outage::{
 #[path = "e2e/restart.rs"]
 mod restart;
 use restart::api_server_restarts_never_stop_the_operator;
+
+#[path = "e2e/webhook.rs"]
+mod webhook;
+use webhook::{
+    a_broken_webhook_never_blocks_scheduling,
+    a_namespace_without_zone_aware_stacks_never_reaches_the_webhook,
+    pods_are_zoned_in_the_event_that_binds_them,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -551,7 +560,8 @@ async fn turning_zones_off_removes_every_zone_piece(env: &mut Env) -> Result<()>
 
 /// 7. The operator runs as the ServiceAccount of manifests/, whose RBAC is exactly
 /// enough: every other scenario passes with it, and it cannot delete pods, nodes or PVCs.
-/// Secrets it may only read by name: it can neither list nor watch them anywhere.
+/// Secrets it may only read by name: it can neither list nor watch them anywhere, and
+/// writes only its webhook certificate, in its own namespace.
 async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
     let user = operator::service_account_user();
     let ns = "e2e-zones";
@@ -568,6 +578,9 @@ async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
             (("persistentvolumeclaims", "", "create"), ns, false),
             (("statefulsets", "apps", "patch"), ns, true),
             (("secrets", "", "create"), ns, false),
+            // The zone-at-bind webhook's certificate, in the operator's own namespace.
+            (("secrets", "", "create"), operator::NAMESPACE, true),
+            (("secrets", "", "update"), operator::NAMESPACE, false),
             (("secrets", "", "get"), ns, true),
             (("secrets", "", "list"), ns, false),
             (("secrets", "", "watch"), ns, false),
@@ -590,8 +603,10 @@ async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
             continue;
         };
         let verb = ev["verb"].as_str().unwrap_or_default();
+        let own_certificate = ev["objectRef"]["namespace"] == operator::NAMESPACE
+            && ev["objectRef"]["name"] == names::WEBHOOK_CERT_SECRET;
         ensure!(
-            !(ev["objectRef"]["resource"] == "secrets" && verb != "get"),
+            !(ev["objectRef"]["resource"] == "secrets" && verb != "get" && !own_certificate),
             "the operator did {verb} on Secrets: {line}"
         );
     }
@@ -1447,6 +1462,9 @@ fn main() -> std::process::ExitCode {
         a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
         runbook_commands_move_the_compactor_out_of_a_lost_zone,
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
+        pods_are_zoned_in_the_event_that_binds_them,
+        a_namespace_without_zone_aware_stacks_never_reaches_the_webhook,
+        a_broken_webhook_never_blocks_scheduling,
         a_stack_left_by_the_go_operator_is_taken_over,
         api_server_restarts_never_stop_the_operator,
         namespaced_mode_runs_only_the_watched_namespaces,

@@ -45,7 +45,15 @@ pub const CLUSTER_READER: &str = "loki-zone-operator-cluster-reader";
 /// namespaces, comma-separated, empty for AllNamespaces.
 pub const OLM_TARGET_NAMESPACES: &str = "olm.targetNamespaces";
 
-/// The kustomize Deployment as the CSV runs it: WATCH_NAMESPACES from OLM's annotation.
+/// Where OLM mounts the serving certificate of a webhook it manages (`tls.crt`,
+/// `tls.key`) into the Deployment the webhook definition names, and rotates it.
+pub const OLM_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+/// The port of the Service OLM puts in front of the webhook; it forwards to the
+/// container's `webhook` port.
+pub const OLM_WEBHOOK_SERVICE_PORT: i32 = 443;
+
+/// The kustomize Deployment as the CSV runs it: WATCH_NAMESPACES from OLM's annotation,
+/// and the webhook served with OLM's certificate (OLM keeps its configuration).
 pub fn olm_deployment_spec(deployment: &Value) -> Result<Value> {
     let mut spec = deployment["spec"].clone();
     let env = spec["template"]["spec"]["containers"][0]["env"]
@@ -57,7 +65,48 @@ pub fn olm_deployment_spec(deployment: &Value) -> Result<Value> {
             "fieldPath": format!("metadata.annotations['{OLM_TARGET_NAMESPACES}']")
         }}}),
     );
+    env.push(json!({"name": "WEBHOOK_CERT_DIR", "value": OLM_WEBHOOK_CERT_DIR}));
     Ok(spec)
+}
+
+/// The zone-at-bind webhook as OLM declares it: the same rules, policy and timeout as the
+/// configuration the operator registers itself (`registration::configuration`), minus
+/// the namespace selector, which OLM sets to the OperatorGroup's namespaces.
+pub fn webhook_definition(deployment: &Value) -> Result<Value> {
+    use loki_zone_operator::webhook::registration::{configuration, ClientTarget, StackName};
+    let target = ClientTarget::Service {
+        namespace: "placeholder".into(),
+        name: "placeholder".into(),
+    };
+    let any = StackName {
+        namespace: "placeholder".into(),
+        name: "placeholder".into(),
+    };
+    let config = configuration(&target, "", &[any], false);
+    let hook = config
+        .webhooks
+        .and_then(|w| w.into_iter().next())
+        .context("the webhook")?;
+    let port = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "webhook"))
+        .and_then(|p| p["containerPort"].as_i64())
+        .context("the operator container's webhook port")?;
+    Ok(json!({
+        "type": "MutatingAdmissionWebhook",
+        "generateName": hook.name,
+        "deploymentName": deployment["metadata"]["name"],
+        "containerPort": OLM_WEBHOOK_SERVICE_PORT,
+        "targetPort": port,
+        "webhookPath": hook.client_config.service.and_then(|s| s.path).context("the webhook path")?,
+        "admissionReviewVersions": hook.admission_review_versions,
+        "sideEffects": hook.side_effects,
+        "failurePolicy": hook.failure_policy,
+        "timeoutSeconds": hook.timeout_seconds,
+        "matchPolicy": hook.match_policy,
+        "reinvocationPolicy": hook.reinvocation_policy,
+        "rules": hook.rules,
+    }))
 }
 
 /// The object of `kind` named `name` in `objects`.
@@ -183,6 +232,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
                     "spec": olm_deployment_spec(&deployment)?,
                 }],
             }},
+            "webhookdefinitions": [webhook_definition(&deployment)?],
             "relatedImages": [
                 {"name": "loki-zone-operator", "image": operator_image},
                 {"name": "loki", "image": loki_image},

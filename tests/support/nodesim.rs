@@ -294,7 +294,10 @@ async fn namespace_names(client: Client) {
             continue;
         }
         let patch = json!({"metadata": {"labels": {names::LABEL_NAMESPACE_NAME: name}}});
-        if let Err(e) = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        if let Err(e) = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             eprintln!("[nodesim] labelling namespace {name}: {e}");
         }
     }

@@ -158,15 +158,6 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     let ready = server::Readiness::default();
     let shutdown = shutdown_signal();
     let capabilities = capabilities(&client).await?;
-    // Served by every replica, leader or not, and before the CRD exists: a binding in a
-    // namespace the configuration still names is answered rather than timed out.
-    let hook = webhook::serve::start(&client, &cfg.webhook, &cfg.scope, metrics.clone())
-        .await
-        .map_err(|source| RunError::Webhook {
-            addr: cfg.webhook.addr,
-            source,
-        })?;
-    ready.set_webhook(hook.ready.clone());
     let mut server = tokio::spawn(server::serve(
         cfg.health_addr,
         cfg.metrics_addr,
@@ -174,6 +165,14 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
         ready.clone(),
     ));
     wait_for_crd(&client, &shutdown).await?;
+    // Served by every replica, leader or not: the Service sends reviews to them all.
+    let hook = webhook::serve::start(&client, &cfg.webhook, &cfg.scope, metrics.clone())
+        .await
+        .map_err(|source| RunError::Webhook {
+            addr: cfg.webhook.addr,
+            source,
+        })?;
+    ready.set_webhook(hook.ready.clone());
     info!(namespaces = %cfg.scope, "watching LokiStacks");
     let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
     let recorder = Recorder::new(

@@ -274,6 +274,11 @@ pub async fn keep(mut k: Keeper) {
     let params = PatchParams::apply(names::FIELD_MANAGER).force();
     let mut applied: Option<MutatingWebhookConfiguration> = None;
     let mut checked = Instant::now();
+    // Until the stacks are listed the configuration would cover no namespace: applying it
+    // then would send a new leader's first bindings past the webhook.
+    if !crate::controller::caches::synced("stacks (webhook configuration)", &k.stacks).await {
+        return;
+    }
     loop {
         let bundle = k.ca_bundle.borrow_and_update().clone();
         if let Some(bundle) = bundle {

@@ -12,12 +12,15 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{Binding, Node, Pod, Secret};
+use kube::api::DynamicObject;
 use kube::api::{Api, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::Client;
+use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -28,7 +31,8 @@ use super::tls::{self, CertSlot};
 use super::{WebhookConfig, WebhookMode};
 use crate::controller::caches::{self, synced};
 use crate::controller::metrics::Metrics;
-use crate::controller::scope::Scope;
+use crate::controller::scope::{self, Scope};
+use crate::controller::stacks;
 use crate::names;
 
 /// How often the certificate is read again (a rotation by another replica, or new
@@ -52,6 +56,10 @@ pub struct Served {
 struct Hook {
     pods: Store<Pod>,
     nodes: Store<Node>,
+    /// Which namespaces hold a zone-aware stack: a pod the pod cache lacks is read from
+    /// the API server only there (with OLM's AllNamespaces install every binding of the
+    /// cluster reaches the webhook).
+    stacks: Store<DynamicObject>,
     client: Client,
     metrics: Arc<Metrics>,
 }
@@ -66,15 +74,63 @@ pub async fn start(
 ) -> std::io::Result<Served> {
     let (bundle_tx, ca_bundle) = watch::channel(None);
     let ready = Arc::new(AtomicBool::new(false));
-    if matches!(cfg.mode, WebhookMode::Off) {
+    let slot = Arc::new(CertSlot::default());
+    let secrets = Api::namespaced(client.clone(), &cfg.namespace);
+    let Some(certs) = cert_keeper(&cfg.mode, secrets, slot.clone(), bundle_tx) else {
         return Ok(Served {
             ready,
             ca_bundle,
             tasks: Vec::new(),
         });
-    }
+    };
     let listener = tokio::net::TcpListener::bind(cfg.addr).await?;
-    let slot = Arc::new(CertSlot::default());
+    let (hook, mut tasks) = caches_for(client, scope, metrics);
+    tasks.push(tokio::spawn(mark_ready(
+        hook.nodes.clone(),
+        hook.pods.clone(),
+        slot.clone(),
+        ready.clone(),
+    )));
+    let router = Router::new()
+        .route(names::WEBHOOK_PATH_ZONE_AT_BIND, post(zone_at_bind))
+        .with_state(hook);
+    tasks.push(tokio::spawn(certs));
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = tls::serve(listener, slot, router).await {
+            warn!(error = %e, "webhook server stopped");
+        }
+    }));
+    info!(addr = %cfg.addr, mode = ?cfg.mode, "zone-at-bind webhook serving");
+    Ok(Served {
+        ready,
+        ca_bundle,
+        tasks,
+    })
+}
+
+/// What keeps the certificate served, by mode; `None` when the webhook is off.
+fn cert_keeper(
+    mode: &WebhookMode,
+    secrets: Api<Secret>,
+    slot: Arc<CertSlot>,
+    bundle: watch::Sender<Option<String>>,
+) -> Option<BoxFuture<'static, ()>> {
+    match mode {
+        WebhookMode::Off => None,
+        WebhookMode::SelfManaged { target } => {
+            Some(keep_certs(secrets, target.hosts(), slot, bundle).boxed())
+        }
+        WebhookMode::External { dir } => Some(keep_files(dir.clone(), slot).boxed()),
+    }
+}
+
+/// The webhook's own caches (every replica has them, leader or not): nodes, zone-aware
+/// pods, and LokiStacks.
+fn caches_for(
+    client: &Client,
+    scope: &Scope,
+    metrics: Arc<Metrics>,
+) -> (Hook, Vec<JoinHandle<()>>) {
     let (nodes, node_task) = caches::spawn_typed(
         vec![(None, Api::all(client.clone()))],
         watcher::Config::default(),
@@ -95,38 +151,25 @@ pub async fn start(
         caches::strip_pod,
         |_| {},
     );
-    let certs = match &cfg.mode {
-        WebhookMode::SelfManaged { target } => tokio::spawn(keep_certs(
-            Api::namespaced(client.clone(), &cfg.namespace),
-            target.hosts(),
-            slot.clone(),
-            bundle_tx,
-        )),
-        WebhookMode::External { dir } => tokio::spawn(keep_files(dir.clone(), slot.clone())),
-        WebhookMode::Off => unreachable!("returned above"),
-    };
+    let resource = stacks::resource();
+    let (stacks, stack_events) = scope::reflect(
+        scope.watches(
+            || Api::all_with(client.clone(), &resource),
+            |ns| Api::namespaced_with(client.clone(), ns, &resource),
+        ),
+        watcher::Config::default(),
+        |_| {},
+        resource.clone(),
+    );
+    let stack_task = tokio::spawn(stack_events.for_each(|_| futures::future::ready(())));
     let hook = Hook {
-        pods: pods.clone(),
-        nodes: nodes.clone(),
+        pods,
+        nodes,
+        stacks,
         client: client.clone(),
         metrics,
     };
-    let router = Router::new()
-        .route(names::WEBHOOK_PATH_ZONE_AT_BIND, post(zone_at_bind))
-        .with_state(hook);
-    let server_slot = slot.clone();
-    let server = tokio::spawn(async move {
-        if let Err(e) = tls::serve(listener, server_slot, router).await {
-            warn!(error = %e, "webhook server stopped");
-        }
-    });
-    let readiness = tokio::spawn(mark_ready(nodes, pods, slot, ready.clone()));
-    info!(addr = %cfg.addr, mode = ?cfg.mode, "zone-at-bind webhook serving");
-    Ok(Served {
-        ready,
-        ca_bundle,
-        tasks: vec![node_task, pod_task, certs, server, readiness],
-    })
+    (hook, vec![node_task, pod_task, stack_task])
 }
 
 async fn mark_ready(
@@ -185,7 +228,13 @@ impl Hook {
             .unwrap_or_else(|| req.name.clone());
         let pod = match self.pods.get(&ObjectRef::new(&name).within(&namespace)) {
             Some(p) => Some(p),
-            None => self.read_pod(&namespace, &name).await.map(Arc::new),
+            None if self.holds_zone_aware_stack(&namespace) => {
+                self.read_pod(&namespace, &name).await.map(Arc::new)
+            }
+            None => {
+                Metrics::count(&self.metrics.webhook_bindings, "not_zone_aware", 1);
+                return allowed;
+            }
         };
         let node = binding::target_node(binding).and_then(|n| self.nodes.get(&ObjectRef::new(n)));
         let decision = binding::decide(binding, pod.as_deref(), node.as_deref());
@@ -207,6 +256,13 @@ impl Hook {
                 allowed
             }
         }
+    }
+
+    fn holds_zone_aware_stack(&self, namespace: &str) -> bool {
+        self.stacks
+            .state()
+            .iter()
+            .any(|s| s.namespace().as_deref() == Some(namespace) && stacks::is_zone_aware(s))
     }
 
     async fn read_pod(&self, namespace: &str, name: &str) -> Option<Pod> {

@@ -1,0 +1,349 @@
+//! The zone-at-bind webhook on the real API server: pods of zone-aware stacks carry their
+//! zone in the event that binds them; a namespace without a zone-aware stack never
+//! reaches the webhook; a webhook with a wrong CA, or no server at its address, never
+//! blocks scheduling, and the annotator zones the pods meanwhile.
+//!
+//! Whether the API server called the webhook, and whether it changed the Binding, is
+//! read from its audit log: every `pods/binding` create is audited with the
+//! `mutation.webhook.admission.k8s.io/round_0_index_0` annotation it adds for each
+//! mutating webhook it calls.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use loki_zone_operator::names;
+use loki_zone_operator::webhook::certs;
+use loki_zone_operator_tests::harness::free_port;
+use loki_zone_operator_tests::nodesim::{eventually, ZONE};
+use serde_json::{json, Value};
+
+use super::{create_stack, namespace, stack_json, Env, WAIT};
+
+const NS: &str = "e2e-bind";
+const STACK: &str = "bind";
+const AUDIT_KEY: &str = "mutation.webhook.admission.k8s.io/round_0_index_0";
+
+/// For each pod: whether the first watch event that showed it bound already had its zone.
+type FirstBound = Arc<Mutex<BTreeMap<String, bool>>>;
+
+fn watch_first_bound(env: &Env, ns: &str, labels: &str) -> FirstBound {
+    let seen: FirstBound = Arc::default();
+    let api: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    let (s, config) = (seen.clone(), watcher::Config::default().labels(labels));
+    tokio::spawn(async move {
+        let events = watcher(api, config).default_backoff().applied_objects();
+        futures::pin_mut!(events);
+        while let Some(Ok(p)) = events.next().await {
+            if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+                continue;
+            }
+            let zoned = p.annotations().contains_key(names::ANNOTATION_ZONE);
+            let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(p.name_any()).or_insert(zoned);
+        }
+    });
+    seen
+}
+
+fn snapshot(seen: &FirstBound) -> BTreeMap<String, bool> {
+    seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The audited `pods/binding` creates in `ns` since `from` bytes: (pod, what the webhook
+/// did as the API server recorded it, or None when it was not called).
+fn audited_bindings(env: &Env, ns: &str, from: usize) -> Vec<(String, Option<String>)> {
+    let text = std::fs::read_to_string(env.cp.dir.join("audit.log")).unwrap_or_default();
+    text[from.min(text.len())..]
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|ev| {
+            ev["objectRef"]["subresource"] == "binding"
+                && ev["objectRef"]["namespace"] == ns
+                && ev["verb"] == "create"
+        })
+        .map(|ev| {
+            let pod = ev["objectRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (pod, ev["annotations"][AUDIT_KEY].as_str().map(String::from))
+        })
+        .collect()
+}
+
+fn audit_len(env: &Env) -> usize {
+    std::fs::metadata(env.cp.dir.join("audit.log")).map_or(0, |m| m.len() as usize)
+}
+
+/// A bare zone-aware pod named like a pod of stack `STACK`, as the webhook's match
+/// conditions (1.30+) expect.
+fn zone_aware_pod(name: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {names::LABEL_ZONE_AWARE: names::LABEL_ZONE_AWARE_VALUE, "e2e": "bind"},
+            "annotations": {names::ANNOTATION_ZONE_LABELS: ZONE},
+        },
+        "spec": {
+            "automountServiceAccountToken": false,
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }))?)
+}
+
+async fn create_pods(env: &Env, ns: &str, prefix: &str, n: usize) -> Result<Vec<String>> {
+    let api: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    let mut names = Vec::new();
+    for i in 0..n {
+        let name = format!("{prefix}-{i}");
+        api.create(&PostParams::default(), &zone_aware_pod(&name)?)
+            .await?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// Waits until every named pod is bound and zoned; returns how each got its zone.
+async fn wait_zoned(
+    seen: &FirstBound,
+    env: &Env,
+    ns: &str,
+    pods: &[String],
+) -> Result<BTreeMap<String, bool>> {
+    let api: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    eventually("pods bound and zoned", WAIT, || async {
+        let list = api.list(&ListParams::default()).await?;
+        let zoned = pods.iter().all(|name| {
+            list.items.iter().any(|p| {
+                p.name_any() == *name && p.annotations().contains_key(names::ANNOTATION_ZONE)
+            })
+        });
+        let first = snapshot(seen);
+        Ok((zoned && pods.iter().all(|p| first.contains_key(p))).then_some(()))
+    })
+    .await?;
+    let first = snapshot(seen);
+    Ok(pods.iter().map(|p| (p.clone(), first[p])).collect())
+}
+
+async fn covered(env: &Env, ns: &str) -> Result<MutatingWebhookConfiguration> {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(env.admin.clone());
+    eventually(
+        "the webhook configuration covers the namespace",
+        WAIT,
+        || async {
+            let c = api.get_opt(names::WEBHOOK_CONFIGURATION).await?;
+            let values = c.as_ref().and_then(|c| {
+                c.webhooks.as_ref()?[0]
+                    .namespace_selector
+                    .as_ref()?
+                    .match_expressions
+                    .as_ref()?[0]
+                    .values
+                    .clone()
+            });
+            Ok(values
+                .is_some_and(|v| v.iter().any(|n| n == ns))
+                .then_some(c)
+                .flatten())
+        },
+    )
+    .await
+}
+
+/// 31. A zone-aware stack's pods carry their zone in the very watch event that binds
+/// them: the webhook changed every Binding, and the annotator wrote nothing.
+pub async fn pods_are_zoned_in_the_event_that_binds_them(env: &mut Env) -> Result<()> {
+    namespace(env, NS).await?;
+    let selector = format!("{}={}", names::LABEL_INSTANCE, STACK);
+    let seen = watch_first_bound(env, NS, &selector);
+    let from = audit_len(env);
+    let replication = json!({"factor": 2, "zones": [{"topologyKey": ZONE, "maxSkew": 1}]});
+    create_stack(env, NS, stack_json(STACK, "1x.small", replication)).await?;
+    let config = covered(env, NS).await?;
+    let hook = &config.webhooks.context("webhooks")?[0];
+    ensure!(
+        hook.failure_policy.as_deref() == Some("Ignore"),
+        "failurePolicy {:?}",
+        hook.failure_policy
+    );
+    // The stack's pods: wait for the zone-aware ones to be bound and zoned.
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
+    let zone_aware = format!(
+        "{selector},{}={}",
+        names::LABEL_ZONE_AWARE,
+        names::LABEL_ZONE_AWARE_VALUE
+    );
+    let names_of = eventually("the stack's zone-aware pods exist", WAIT, || async {
+        let l = pods
+            .list(&ListParams::default().labels(&zone_aware))
+            .await?;
+        Ok((l.items.len() >= 3).then(|| l.items.iter().map(|p| p.name_any()).collect::<Vec<_>>()))
+    })
+    .await?;
+    let first = wait_zoned(&seen, env, NS, &names_of).await?;
+    let late: Vec<_> = first.iter().filter(|(_, z)| !**z).map(|(p, _)| p).collect();
+    ensure!(
+        late.is_empty(),
+        "bound without their zone in the binding event: {late:?} of {}",
+        first.len()
+    );
+    let audited = audited_bindings(env, NS, from);
+    for (pod, hook) in audited.iter().filter(|(p, _)| names_of.contains(p)) {
+        let hook = hook.as_deref().unwrap_or("not called");
+        ensure!(
+            hook.contains("\"mutated\":true"),
+            "binding of {pod}: webhook {hook}"
+        );
+    }
+    // The annotator had nothing to write for them.
+    let (writes, _) = super::audit_since(&env.cp.dir.join("audit.log"), from);
+    let patched: Vec<_> = writes
+        .iter()
+        .filter(|w| w.starts_with("\"patch\" \"pods\""))
+        .collect();
+    ensure!(patched.is_empty(), "the operator patched pods: {patched:?}");
+    let metrics = env.operator.as_ref().context("operator")?.metrics().await?;
+    ensure!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("loki_zone_operator_pods_zoned_total{path=\"bind\"}")),
+        "no pods_zoned{{path=bind}} in the metrics"
+    );
+    Ok(())
+}
+
+/// 32. A namespace that holds no zone-aware stack never reaches the webhook: its
+/// zone-aware pods are zoned by the annotator, and no binding there was sent to us.
+pub async fn a_namespace_without_zone_aware_stacks_never_reaches_the_webhook(
+    env: &mut Env,
+) -> Result<()> {
+    let ns = "e2e-nobind";
+    namespace(env, ns).await?;
+    let seen = watch_first_bound(env, ns, "e2e=bind");
+    let from = audit_len(env);
+    let pods = create_pods(env, ns, STACK, 3).await?;
+    let first = wait_zoned(&seen, env, ns, &pods).await?;
+    ensure!(
+        first.values().all(|z| !z),
+        "zoned at bind outside a covered namespace: {first:?}"
+    );
+    let audited = audited_bindings(env, ns, from);
+    ensure!(audited.len() >= pods.len(), "bindings audited: {audited:?}");
+    let called: Vec<_> = audited.iter().filter(|(_, h)| h.is_some()).collect();
+    ensure!(called.is_empty(), "the webhook was called for {called:?}");
+    Ok(())
+}
+
+/// 33. A webhook the API server cannot trust, or cannot reach, never blocks scheduling:
+/// the pods are bound at once and zoned by the annotator. A wrong caBundle is put back
+/// by the operator, after which pods are zoned at bind again.
+pub async fn a_broken_webhook_never_blocks_scheduling(env: &mut Env) -> Result<()> {
+    let seen = watch_first_bound(env, NS, "e2e=bind");
+    // A caBundle of another CA: the API server's TLS handshake fails.
+    let stranger = certs::carry_out(
+        &certs::CertAction::Create,
+        now(),
+        None,
+        &["127.0.0.1".into()],
+        &certs::LIFETIMES,
+    )?
+    .context("a stranger CA")?;
+    let configs: Api<MutatingWebhookConfiguration> = Api::all(env.admin.clone());
+    let mut c = configs.get(names::WEBHOOK_CONFIGURATION).await?;
+    let good = c.webhooks.as_ref().context("webhooks")?[0]
+        .client_config
+        .ca_bundle
+        .clone();
+    c.webhooks.as_mut().context("webhooks")?[0]
+        .client_config
+        .ca_bundle = Some(k8s_openapi::ByteString(stranger.ca_crt.into_bytes()));
+    c.metadata.managed_fields = None;
+    configs
+        .replace(names::WEBHOOK_CONFIGURATION, &PostParams::default(), &c)
+        .await?;
+    let from = audit_len(env);
+    let pods = create_pods(env, NS, &format!("{STACK}-untrusted"), 3).await?;
+    let first = wait_zoned(&seen, env, NS, &pods).await?;
+    ensure!(
+        first.values().all(|z| !z),
+        "zoned at bind through an untrusted webhook: {first:?}"
+    );
+    let changed: Vec<_> = audited_bindings(env, NS, from)
+        .into_iter()
+        .filter(|(_, h)| h.as_deref().is_some_and(|h| h.contains("\"mutated\":true")))
+        .collect();
+    ensure!(
+        changed.is_empty(),
+        "bindings changed by an untrusted webhook: {changed:?}"
+    );
+    // The leader reads the configuration back and applies it again.
+    eventually(
+        "the operator puts the caBundle back",
+        Duration::from_secs(60),
+        || async {
+            let c = configs.get(names::WEBHOOK_CONFIGURATION).await?;
+            Ok((c
+                .webhooks
+                .as_ref()
+                .map(|w| w[0].client_config.ca_bundle.clone())
+                == Some(good.clone()))
+            .then_some(()))
+        },
+    )
+    .await?;
+    let pods = create_pods(env, NS, &format!("{STACK}-repaired"), 3).await?;
+    let first = wait_zoned(&seen, env, NS, &pods).await?;
+    ensure!(
+        first.values().all(|z| *z),
+        "not zoned at bind after the repair: {first:?}"
+    );
+
+    // Nothing listens where the configuration points: refused at once, bound anyway.
+    let dead_url = format!("https://127.0.0.1:{}", free_port()?);
+    env.stop_operator();
+    env.start_operator_with(&["--resync", "2s", &format!("--webhook-url={dead_url}")])
+        .await?;
+    eventually(
+        "the configuration points at the dead address",
+        WAIT,
+        || async {
+            let c = configs.get(names::WEBHOOK_CONFIGURATION).await?;
+            let url = c
+                .webhooks
+                .as_ref()
+                .and_then(|w| w[0].client_config.url.clone());
+            Ok(url.is_some_and(|u| u.starts_with(&dead_url)).then_some(()))
+        },
+    )
+    .await?;
+    let pods = create_pods(env, NS, &format!("{STACK}-unreachable"), 3).await?;
+    let first = wait_zoned(&seen, env, NS, &pods).await?;
+    ensure!(
+        first.values().all(|z| !z),
+        "zoned at bind with no server: {first:?}"
+    );
+    env.stop_operator();
+    env.start_operator().await?;
+    let log = env.operator_log();
+    ensure!(
+        !log.contains("panicked"),
+        "operator log:\n{}",
+        super::tail(&log, 40)
+    );
+    Ok(())
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
