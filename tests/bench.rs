@@ -103,9 +103,7 @@ fn watch_labelled(client: &Client, ns: &str, labels: &str) -> Seen {
     let s = seen.clone();
     let config = watcher::Config::default().labels(labels);
     tokio::spawn(async move {
-        let stream = watcher(api, config)
-            .default_backoff()
-            .applied_objects();
+        let stream = watcher(api, config).default_backoff().applied_objects();
         futures::pin_mut!(stream);
         while let Some(Ok(p)) = stream.next().await {
             let now = Instant::now();
@@ -243,7 +241,8 @@ async fn run() -> Result<Vec<Row>> {
     // 1b. The webhook switched off: the annotator alone.
     op.stop();
     let no_webhook = ["--resync", resync.as_str(), "--bind-webhook=false"];
-    let start_operator = || -> Result<Operator> { Operator::start(&op_kubeconfig, &cp.dir, &no_webhook) };
+    let start_operator =
+        || -> Result<Operator> { Operator::start(&op_kubeconfig, &cp.dir, &no_webhook) };
     op = start_operator()?;
     op.wait_ready(Duration::from_secs(60)).await?;
     let ns = "bench-annotate";
@@ -845,11 +844,17 @@ async fn webhook_path(admin: &Client, cp: &ControlPlane) -> Result<BindPath> {
         .await?;
     let configs: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(admin.clone());
-    eventually("the webhook covers bench-bind", Duration::from_secs(60), || async {
-        let c = configs.get_opt(loki_zone_operator::names::WEBHOOK_CONFIGURATION).await?;
-        let text = serde_json::to_string(&c)?;
-        Ok(text.contains(&format!("\"{ns}\"")).then_some(()))
-    })
+    eventually(
+        "the webhook covers bench-bind",
+        Duration::from_secs(60),
+        || async {
+            let c = configs
+                .get_opt(loki_zone_operator::names::WEBHOOK_CONFIGURATION)
+                .await?;
+            let text = serde_json::to_string(&c)?;
+            Ok(text.contains(&format!("\"{ns}\"")).then_some(()))
+        },
+    )
     .await?;
     let seen = watch_pods(admin, ns);
     let from = audit_len(cp);
@@ -879,23 +884,38 @@ async fn bind_time_floor(admin: &Client) -> Result<BindPath> {
     let client = {
         let (api, patched) = (api.clone(), patched.clone());
         tokio::spawn(async move {
-            let stream = watcher(api.clone(), watcher::Config::default().labels("bench=floor"))
-                .default_backoff()
-                .applied_objects();
+            let stream = watcher(
+                api.clone(),
+                watcher::Config::default().labels("bench=floor"),
+            )
+            .default_backoff()
+            .applied_objects();
             futures::pin_mut!(stream);
             while let Some(Ok(p)) = stream.next().await {
                 let bound = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
-                let fresh = patched.lock().unwrap_or_else(|e| e.into_inner()).insert(p.name_any());
+                let fresh = patched
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(p.name_any());
                 if !bound || !fresh {
                     if !bound {
-                        patched.lock().unwrap_or_else(|e| e.into_inner()).remove(&p.name_any());
+                        patched
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&p.name_any());
                     }
                     continue;
                 }
                 let api = api.clone();
                 tokio::spawn(async move {
                     let patch = json!({"metadata": {"resourceVersion": p.resource_version(), "annotations": {"loki.grafana.com/availability-zone": "zone"}}});
-                    let _ = api.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                    let _ = api
+                        .patch(
+                            &p.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await;
                 });
             }
         })

@@ -323,6 +323,28 @@ fn csv_splits_namespaced_rights_from_cluster_reads() {
     assert!(!has("secrets", "list") && !has("secrets", "watch"));
 }
 
+/// The Role of the zone-at-bind webhook's certificate (kustomize installs only; OLM
+/// manages the certificate itself).
+const WEBHOOK_CERT_ROLE: &str = "loki-zone-operator-webhook-cert";
+const WEBHOOK_CONFIGURATION_ROLE: &str = "loki-zone-operator-webhook-configuration";
+
+/// The webhook certificate's Role writes one Secret, by name, and lists nothing.
+fn webhook_certificate_only(name: &str, rules: &Value) {
+    for r in rules.as_array().expect("rules") {
+        let verbs = strs(&r["verbs"]);
+        assert_eq!(strs(&r["resources"]), vec!["secrets"], "{name}");
+        if verbs == vec!["create"] {
+            continue; // create cannot be limited to a name
+        }
+        assert_eq!(verbs, vec!["get", "update"], "{name}");
+        assert_eq!(
+            strs(&r["resourceNames"]),
+            vec![loki_zone_operator::names::WEBHOOK_CERT_SECRET],
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn secrets_are_only_read_by_name_in_every_install() {
     let dir = scratch("secrets-namespaced");
@@ -357,6 +379,10 @@ fn secrets_are_only_read_by_name_in_every_install() {
     ));
     let mut readers = 0;
     for (name, r) in rules {
+        if name.ends_with(&format!("\"{WEBHOOK_CERT_ROLE}\"")) {
+            webhook_certificate_only(&name, &r);
+            continue;
+        }
         for (_, res, verbs) in rule_resources(&r) {
             if res == "secrets" {
                 assert_eq!(verbs, vec!["get"], "{name}");
@@ -384,24 +410,47 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
         .expect("ClusterRole")["rules"];
     // No ClusterRole but the cluster reads; a Role with the very rules of the default
     // install's ClusterRole in each watched namespace, bound to the operator.
+    // Besides them, only the webhook configuration, which is cluster-scoped: one object,
+    // by name.
     let cluster_roles: Vec<&Value> = objects
         .iter()
         .filter(|o| o["kind"] == "ClusterRole")
         .collect();
-    assert_eq!(cluster_roles.len(), 1);
-    assert_eq!(cluster_roles[0]["metadata"]["name"], bundle::CLUSTER_READER);
-    for (_, res, verbs) in rule_resources(&cluster_roles[0]["rules"]) {
-        assert!(CLUSTER_SCOPED_READS.contains(&res.as_str()), "{res}");
-        assert!(verbs
-            .iter()
-            .all(|v| ["get", "list", "watch"].contains(&v.as_str())));
+    let role_names: BTreeSet<&str> = cluster_roles
+        .iter()
+        .filter_map(|r| r["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        role_names,
+        BTreeSet::from([bundle::CLUSTER_READER, WEBHOOK_CONFIGURATION_ROLE])
+    );
+    for role in &cluster_roles {
+        if role["metadata"]["name"] == WEBHOOK_CONFIGURATION_ROLE {
+            for r in role["rules"].as_array().expect("rules") {
+                assert_eq!(strs(&r["resources"]), vec!["mutatingwebhookconfigurations"]);
+                assert_eq!(
+                    strs(&r["resourceNames"]),
+                    vec![loki_zone_operator::names::WEBHOOK_CONFIGURATION]
+                );
+            }
+            continue;
+        }
+        for (_, res, verbs) in rule_resources(&role["rules"]) {
+            assert!(CLUSTER_SCOPED_READS.contains(&res.as_str()), "{res}");
+            assert!(verbs
+                .iter()
+                .all(|v| ["get", "list", "watch"].contains(&v.as_str())));
+        }
     }
-    let bindings: Vec<&Value> = objects
+    let bindings: BTreeSet<&str> = objects
         .iter()
         .filter(|o| o["kind"] == "ClusterRoleBinding")
+        .filter_map(|b| b["roleRef"]["name"].as_str())
         .collect();
-    assert_eq!(bindings.len(), 1);
-    assert_eq!(bindings[0]["roleRef"]["name"], bundle::CLUSTER_READER);
+    assert_eq!(
+        bindings,
+        BTreeSet::from([bundle::CLUSTER_READER, WEBHOOK_CONFIGURATION_ROLE])
+    );
     for ns in ["team-a", "team-b"] {
         let in_ns = |kind: &str| {
             objects
@@ -983,8 +1032,8 @@ fn a_namespace_overlay_moves_every_object_and_subject() {
     assert_all_in_namespace(&objects, "logging-ops");
     let bindings = objects.iter().filter(|o| o["subjects"].is_array()).count();
     assert_eq!(
-        bindings, 4,
-        "the three base bindings and the recovery binding"
+        bindings, 6,
+        "the five base bindings and the recovery binding"
     );
 }
 
@@ -1272,6 +1321,7 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
                 ".spec.customresourcedefinitions.owned[].resources[].name".to_string(),
                 ".spec.install.spec.clusterPermissions[].rules[].apiGroups[]".to_string(),
                 ".spec.install.spec.permissions[].rules[].apiGroups[]".to_string(),
+                ".spec.webhookdefinitions[].rules[].apiGroups[]".to_string(),
             ])
         );
         let spec = &olm_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
@@ -1386,4 +1436,47 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
     );
     assert_eq!(env, "registry.example.com/lzo:v2");
     Ok(())
+}
+
+/// OLM runs the zone-at-bind webhook: the CSV declares it against the operator's own
+/// Deployment and port, never blocking (Ignore, short timeout), on pods/binding only,
+/// and the Deployment serves the certificate OLM mounts.
+#[test]
+fn the_csv_declares_the_zone_at_bind_webhook() {
+    let csv = csv();
+    let defs = csv["spec"]["webhookdefinitions"]
+        .as_array()
+        .expect("webhookdefinitions");
+    assert_eq!(defs.len(), 1);
+    let w = &defs[0];
+    let d = &csv["spec"]["install"]["spec"]["deployments"][0];
+    assert_eq!(w["type"], "MutatingAdmissionWebhook");
+    assert_eq!(w["deploymentName"], d["name"]);
+    assert_eq!(
+        w["generateName"],
+        loki_zone_operator::names::WEBHOOK_ZONE_AT_BIND
+    );
+    assert_eq!(
+        w["webhookPath"],
+        loki_zone_operator::names::WEBHOOK_PATH_ZONE_AT_BIND
+    );
+    assert_eq!(
+        (&w["failurePolicy"], &w["sideEffects"]),
+        (&json!("Ignore"), &json!("None"))
+    );
+    assert!(w["timeoutSeconds"].as_i64().is_some_and(|t| t <= 5));
+    let rules = w["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strs(&rules[0]["resources"]), vec!["pods/binding"]);
+    assert_eq!(strs(&rules[0]["operations"]), vec!["CREATE"]);
+    let container = &d["spec"]["template"]["spec"]["containers"][0];
+    let port = container["ports"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == "webhook"))
+        .expect("webhook port");
+    assert_eq!(w["targetPort"], port["containerPort"]);
+    let env = container["env"].as_array().expect("env");
+    assert!(env
+        .iter()
+        .any(|e| e["name"] == "WEBHOOK_CERT_DIR" && e["value"] == bundle::OLM_WEBHOOK_CERT_DIR));
 }
