@@ -67,6 +67,21 @@ pub struct Inputs {
     pub node_changes: UnboundedReceiver<String>,
 }
 
+impl Inputs {
+    pub fn from_caches(
+        caches: &crate::controller::caches::Caches,
+        pod_changes: UnboundedReceiver<PodChange>,
+        node_changes: UnboundedReceiver<String>,
+    ) -> Inputs {
+        Inputs {
+            pods: caches.zone_aware_pods.clone(),
+            nodes: caches.nodes.clone(),
+            pod_changes,
+            node_changes,
+        }
+    }
+}
+
 pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Arc<Metrics>) {
     let Inputs {
         pods,

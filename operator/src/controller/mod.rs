@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{self, Controller};
@@ -165,14 +165,7 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
         ready.clone(),
     ));
     wait_for_crd(&client, &shutdown).await?;
-    // Served by every replica, leader or not: the Service sends reviews to them all.
-    let hook = webhook::serve::start(&client, &cfg.webhook, &cfg.scope, metrics.clone())
-        .await
-        .map_err(|source| RunError::Webhook {
-            addr: cfg.webhook.addr,
-            source,
-        })?;
-    ready.set_webhook(hook.ready.clone());
+    let hook = serve_webhook(&client, &cfg, metrics.clone(), &ready).await?;
     info!(namespaces = %cfg.scope, "watching LokiStacks");
     let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
     let recorder = Recorder::new(
@@ -189,19 +182,15 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
                 _ = stopped(shutdown.clone()) => break Ok(()),
             }
         }
-        let (coverage, registration) =
-            webhook_registration(&client, &cfg.webhook, &hook, capabilities);
-        let mut running = start(
+        let running = start(
             &client,
             &cfg,
             capabilities,
             recorder.clone(),
             metrics.clone(),
             ready.leader.clone(),
-            coverage,
+            hook.ca_bundle.clone(),
         );
-        let stacks = running.controller.controller.store();
-        running.tasks.push(tokio::spawn(registration(stacks)));
         ready.leading.store(true, Ordering::Relaxed);
         let term = lead(running, elector.as_ref(), &shutdown, &mut server).await;
         ready.leading.store(false, Ordering::Relaxed);
@@ -222,43 +211,53 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
     result
 }
 
+/// The webhook is served by every replica, leader or not: the Service sends reviews to
+/// them all, and a standby is ready once its webhook serves.
+async fn serve_webhook(
+    client: &Client,
+    cfg: &RunConfig,
+    metrics: Arc<Metrics>,
+    ready: &server::Readiness,
+) -> Result<webhook::serve::Served, RunError> {
+    let hook = webhook::serve::start(client, &cfg.webhook, &cfg.scope, metrics)
+        .await
+        .map_err(|source| RunError::Webhook {
+            addr: cfg.webhook.addr,
+            source,
+        })?;
+    ready.set_webhook(hook.ready.clone());
+    Ok(hook)
+}
+
 /// The leader's part of the webhook: keep its configuration current (and tell the
 /// reconciler which namespaces it covers), or remove it when the webhook is off. OLM
 /// keeps the configuration it declares itself.
-#[allow(clippy::type_complexity)]
-fn webhook_registration(
+fn register_webhook(
     client: &Client,
-    cfg: &WebhookConfig,
-    hook: &webhook::serve::Served,
+    cfg: &RunConfig,
+    stacks: Store<DynamicObject>,
+    ca_bundle: watch::Receiver<Option<String>>,
     caps: ServerCapabilities,
-) -> (
-    Option<Coverage>,
-    Box<dyn FnOnce(Store<DynamicObject>) -> futures::future::BoxFuture<'static, ()> + Send>,
-) {
-    let client = client.clone();
-    match cfg.mode.clone() {
+) -> (Option<Coverage>, Option<JoinHandle<()>>) {
+    match &cfg.webhook.mode {
         WebhookMode::SelfManaged { target } => {
             let (coverage, covered, wake) = Coverage::new();
-            let ca_bundle = hook.ca_bundle.clone();
-            let keep = move |stacks| {
-                webhook::registration::keep(Keeper {
-                    client,
-                    stacks,
-                    ca_bundle,
-                    target,
-                    match_conditions: caps.webhook_match_conditions,
-                    covered,
-                    wake,
-                })
-                .boxed()
-            };
-            (Some(coverage), Box::new(keep))
+            let keep = webhook::registration::keep(Keeper {
+                client: client.clone(),
+                stacks,
+                ca_bundle,
+                target: target.clone(),
+                match_conditions: caps.webhook_match_conditions,
+                covered,
+                wake,
+            });
+            (Some(coverage), Some(tokio::spawn(keep)))
         }
         WebhookMode::Off => (
             None,
-            Box::new(move |_| webhook::registration::remove(client).boxed()),
+            Some(tokio::spawn(webhook::registration::remove(client.clone()))),
         ),
-        WebhookMode::External { .. } => (None, Box::new(|_| futures::future::ready(()).boxed())),
+        WebhookMode::External { .. } => (None, None),
     }
 }
 
@@ -393,7 +392,7 @@ fn start(
     recorder: Recorder,
     metrics: Arc<Metrics>,
     ready: Arc<AtomicBool>,
-    webhook_coverage: Option<Coverage>,
+    ca_bundle: watch::Receiver<Option<String>>,
 ) -> Running {
     let (stack_tx, stack_rx) = mpsc::unbounded_channel();
     let (node_tx, node_rx) = mpsc::unbounded_channel();
@@ -415,13 +414,10 @@ fn start(
         secrets: &secrets,
     };
     let (caches, mut tasks) = caches::start(sources, triggers);
-    tasks.push(tokio::spawn(poll));
-    let inputs = annotator::Inputs {
-        pods: caches.zone_aware_pods.clone(),
-        nodes: caches.nodes.clone(),
-        pod_changes: pod_rx,
-        node_changes: node_rx,
-    };
+    let (webhook_coverage, registration) =
+        register_webhook(client, cfg, controller.store(), ca_bundle, capabilities);
+    tasks.extend(registration.into_iter().chain([tokio::spawn(poll)]));
+    let inputs = annotator::Inputs::from_caches(&caches, pod_rx, node_rx);
     let annotate = annotator::run(client.clone(), inputs, recorder.clone(), metrics.clone());
     tasks.push(tokio::spawn(annotate));
     tasks.push(tokio::spawn(ready_when_synced(caches.clone(), ready)));
