@@ -40,7 +40,10 @@ use outage::{
 };
 #[path = "e2e/restart.rs"]
 mod restart;
+#[path = "e2e/rollout.rs"]
+mod rollout;
 use restart::api_server_restarts_never_stop_the_operator;
+use rollout::ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone;
 
 const WAIT: Duration = Duration::from_secs(120);
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
@@ -554,7 +557,8 @@ async fn turning_zones_off_removes_every_zone_piece(env: &mut Env) -> Result<()>
 }
 
 /// 7. The operator runs as the ServiceAccount of manifests/, whose RBAC is exactly
-/// enough: every other scenario passes with it, and it cannot delete pods, nodes or PVCs.
+/// enough: every other scenario passes with it, and it cannot delete nodes or PVCs (it
+/// deletes pods only for the zone-by-zone rollout, see e2e/rollout.rs).
 /// Secrets it may only read by name: it can neither list nor watch them anywhere.
 async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
     let user = operator::service_account_user();
@@ -563,7 +567,7 @@ async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
         env,
         &user,
         &[
-            (("pods", "", "delete"), ns, false),
+            (("pods", "", "delete"), ns, true),
             (("pods", "", "patch"), ns, true),
             (("nodes", "", "delete"), ns, false),
             (("nodes", "", "patch"), ns, false),
@@ -1449,6 +1453,7 @@ fn main() -> std::process::ExitCode {
         a_stack_left_by_the_go_operator_is_taken_over,
         api_server_restarts_never_stop_the_operator,
         namespaced_mode_runs_only_the_watched_namespaces,
+        ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {
