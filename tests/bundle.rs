@@ -1068,15 +1068,18 @@ fn optional_pieces_are_components() {
             .flat_map(|o| o["rules"].as_array().cloned().unwrap_or_default())
             .any(|r| strs(&r["resources"]).contains(&resource) && strs(&r["verbs"]).contains(&verb))
     };
-    // The default install never deletes pods or volumes; the recovery component adds
-    // exactly that, bound to the operator's ServiceAccount.
+    // The default install never deletes volumes, and deletes pods only for the
+    // zone-by-zone rollout; the recovery component adds the claims, bound to the
+    // operator's ServiceAccount.
     let base = kustomize_operator().expect("kustomize");
-    for r in ["pods", "persistentvolumeclaims"] {
-        assert!(
-            !grants(&base, r, "delete"),
-            "the default install deletes {r}"
-        );
-    }
+    assert!(
+        !grants(&base, "persistentvolumeclaims", "delete"),
+        "the default install deletes claims"
+    );
+    assert!(
+        grants(&base, "pods", "delete"),
+        "the default install cannot roll zone-aware stacks"
+    );
     let out = scratch("recovery");
     write_overlay(&out, &["zone-outage-recovery"], "").expect("overlay");
     let objects = kustomize(&out).expect("kustomize");

@@ -41,7 +41,10 @@ use outage::{
 };
 #[path = "e2e/restart.rs"]
 mod restart;
+#[path = "e2e/rollout.rs"]
+mod rollout;
 use restart::api_server_restarts_never_stop_the_operator;
+use rollout::ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone;
 
 #[path = "e2e/webhook.rs"]
 mod webhook;
@@ -284,10 +287,14 @@ async fn zone_aware_small_stack_spreads_over_three_zones(env: &mut Env) -> Resul
         let tsc = spec
             .topology_spread_constraints
             .context(format!("{name}: no spread constraints"))?;
+        // The zones are hard; the nodes within a zone soft, so the small cluster (two
+        // nodes per zone) still schedules every pod below.
         ensure!(
-            tsc.len() == 1
+            tsc.len() == 2
                 && tsc[0].topology_key == ZONE
-                && tsc[0].when_unsatisfiable == "DoNotSchedule",
+                && tsc[0].when_unsatisfiable == "DoNotSchedule"
+                && tsc[1].topology_key == "kubernetes.io/hostname"
+                && tsc[1].when_unsatisfiable == "ScheduleAnyway",
             "{name}: {tsc:?}"
         );
         ensure!(
@@ -559,7 +566,8 @@ async fn turning_zones_off_removes_every_zone_piece(env: &mut Env) -> Result<()>
 }
 
 /// 7. The operator runs as the ServiceAccount of manifests/, whose RBAC is exactly
-/// enough: every other scenario passes with it, and it cannot delete pods, nodes or PVCs.
+/// enough: every other scenario passes with it, and it cannot delete nodes or PVCs (it
+/// deletes pods only for the zone-by-zone rollout, see e2e/rollout.rs).
 /// Secrets it may only read by name: it can neither list nor watch them anywhere, and
 /// writes only its webhook certificate, in its own namespace.
 async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
@@ -569,7 +577,7 @@ async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
         env,
         &user,
         &[
-            (("pods", "", "delete"), ns, false),
+            (("pods", "", "delete"), ns, true),
             (("pods", "", "patch"), ns, true),
             (("nodes", "", "delete"), ns, false),
             (("nodes", "", "patch"), ns, false),
@@ -1468,6 +1476,7 @@ fn main() -> std::process::ExitCode {
         a_stack_left_by_the_go_operator_is_taken_over,
         api_server_restarts_never_stop_the_operator,
         namespaced_mode_runs_only_the_watched_namespaces,
+        ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

@@ -379,6 +379,14 @@ pub struct ReplicationSpec {
     /// What the operator may do by itself when a zone is lost. Off unless set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone_outage: Option<ZoneOutageSpec>,
+
+    /// With zones, ring members (the StatefulSets) are rolled zone by zone by the
+    /// operator: all outdated pods of one zone are restarted at once, and the next zone
+    /// starts once they are Ready again. This caps how many pods of one zone are
+    /// restarted at the same time. Unset: the whole zone at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_REPLICAS))]
+    pub max_unavailable_per_zone: Option<i32>,
 }
 
 /// Opt-in recovery from a zone outage.
@@ -630,6 +638,35 @@ pub struct LokiStackStatus {
     /// check holds a new spec back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The zone-by-zone rollout of the ring members of a zone-aware stack, while one is
+    /// under way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+}
+
+/// A zone-by-zone rollout: the operator restarts the outdated pods of one zone at a
+/// time, and starts the next zone once every pod of the previous one is updated and Ready.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The zone whose pods are being restarted, or were restarted and are not all Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Per zone, in the order they are rolled: pods at their StatefulSet's update
+    /// revision, and all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<ZoneRolloutStatus>,
+    /// What the rollout waits for before it restarts more pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneRolloutStatus {
+    pub zone: String,
+    pub updated: i32,
+    pub total: i32,
 }
 
 /// Pod phase (Failed, Pending, Running, Ready) to pod names.

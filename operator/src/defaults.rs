@@ -354,6 +354,7 @@ mod tests {
             factor: Some(1),
             zones: vec![],
             zone_outage: None,
+            max_unavailable_per_zone: None,
         });
         assert_eq!(replication_factor(&spec), 1);
         assert_eq!(replication_factor(&stack_spec(LokiStackSize::Demo)), 1);

@@ -36,6 +36,16 @@ pub const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
 pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
 
+/// The node label every kubelet sets to the node's name: the soft spread of replicas of
+/// one component over the nodes of a zone.
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+/// The pod label the StatefulSet controller sets to the revision a pod was created from;
+/// a pod whose value differs from the StatefulSet's `status.updateRevision` is outdated.
+pub const LABEL_REVISION: &str = "controller-revision-hash";
+/// The StatefulSet update strategy of a zone-aware stack: the operator deletes the
+/// outdated pods itself, zone by zone.
+pub const UPDATE_STRATEGY_ON_DELETE: &str = "OnDelete";
+
 pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
 pub const LABEL_GOSSIP: &str = "loki.grafana.com/gossip";
 

@@ -473,6 +473,7 @@ fn zone_ctx(
         "match_label_keys": match_label_keys,
         "node_taints_policy": caps.spread_node_taints_policy,
         "avoid": avoid,
+        "hostname_key": names::LABEL_HOSTNAME,
     })
 }
 
@@ -541,6 +542,17 @@ fn merge(into: &mut Value, from: Value) {
     }
 }
 
+/// The update strategy of the stack's StatefulSets. With zones the operator rolls them
+/// itself, one zone at a time (`controller/rollout`): the StatefulSet controller's own
+/// rolling update goes by ordinal and would restart pods of every zone in turn.
+fn update_strategy(eff: &EffectiveStack) -> &'static str {
+    if eff.zone_aware() {
+        names::UPDATE_STRATEGY_ON_DELETE
+    } else {
+        "RollingUpdate"
+    }
+}
+
 fn workload(
     stack: &LokiStack,
     name: &str,
@@ -570,6 +582,7 @@ fn workload(
         "tolerations": c.tolerations,
         "zone": zone_ctx(eff, settings, caps, kind),
         "config_map": names::config_map_name(name),
+        "update_strategy": update_strategy(eff),
     });
     merge(&mut ctx, container(stack, c, settings));
     merge(&mut ctx, pod_volumes(stack, c));

@@ -197,11 +197,18 @@ fn every_zone_aware_pod_carries_every_zone_piece() {
                 .iter()
                 .map(|c| c.topology_key.as_str())
                 .collect::<Vec<_>>(),
-            vec![ZONE, RACK],
+            vec![ZONE, RACK, names::LABEL_HOSTNAME],
             "{name}"
         );
-        for c in &constraints {
-            assert_eq!(c.when_unsatisfiable, "DoNotSchedule");
+        for (i, c) in constraints.iter().enumerate() {
+            // Zones are hard; the spread over one zone's nodes is soft, so a zone with
+            // fewer nodes than replicas still schedules them all.
+            let want = if i < 2 {
+                "DoNotSchedule"
+            } else {
+                "ScheduleAnyway"
+            };
+            assert_eq!(c.when_unsatisfiable, want, "{name} {}", c.topology_key);
             assert_eq!(c.max_skew, 1);
             assert_eq!(c.node_taints_policy.as_deref(), Some("Honor"));
             let sel = c
@@ -319,7 +326,89 @@ const ZONE_TRACES: &[&str] = &[
     "zone_awareness_enabled",
     "instance_availability_zone",
     "wait-for-zone",
+    "ScheduleAnyway",
+    "kubernetes.io/hostname",
+    "OnDelete",
 ];
+
+#[test]
+fn statefulsets_of_zone_aware_stacks_are_rolled_by_the_operator() {
+    let strategies = |s: &LokiStack| -> Vec<(String, String)> {
+        render_stack(s, ServerCapabilities::MODERN)
+            .iter()
+            .filter_map(|c| match c {
+                Child::StatefulSet(st) => Some((
+                    c.name().to_string(),
+                    st.spec.as_ref()?.update_strategy.as_ref()?.type_.clone()?,
+                )),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut spec = zoned_spec(LokiStackSize::Small, 2, &[ZONE]);
+    spec.rules = Some(RulesSpec {
+        enabled: true,
+        ..Default::default()
+    });
+    let zoned = stack("lokistack-dev", spec.clone());
+    let got = strategies(&zoned);
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "lokistack-dev-compactor",
+            "lokistack-dev-ingester",
+            "lokistack-dev-index-gateway",
+            "lokistack-dev-ruler"
+        ]
+    );
+    assert!(got.iter().all(|(_, t)| t == "OnDelete"), "{got:?}");
+    spec.replication = None;
+    let plain = stack("lokistack-dev", spec);
+    let got = strategies(&plain);
+    assert_eq!(got.len(), 4);
+    assert!(got.iter().all(|(_, t)| t == "RollingUpdate"), "{got:?}");
+}
+
+#[test]
+fn zone_aware_pods_prefer_distinct_nodes_within_a_zone() {
+    let s = stack(
+        "lokistack-dev",
+        zoned_spec(LokiStackSize::Small, 2, &[ZONE]),
+    );
+    for caps in [
+        ServerCapabilities::MODERN,
+        ServerCapabilities::for_version(1, 20),
+    ] {
+        for (name, pod) in pod_templates(&render_stack(&s, caps)) {
+            let labels = pod.metadata.and_then(|m| m.labels).expect("labels");
+            let spread = pod
+                .spec
+                .and_then(|s| s.topology_spread_constraints)
+                .expect("spread constraints");
+            let host: Vec<_> = spread
+                .iter()
+                .filter(|c| c.topology_key == names::LABEL_HOSTNAME)
+                .collect();
+            assert_eq!(host.len(), 1, "{name}");
+            assert_eq!(host[0].when_unsatisfiable, "ScheduleAnyway", "{name}");
+            assert_eq!(host[0].max_skew, 1, "{name}");
+            let sel = host[0]
+                .label_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone())
+                .expect("selector");
+            assert_eq!(
+                sel.get(names::LABEL_COMPONENT),
+                labels.get(names::LABEL_COMPONENT)
+            );
+            assert_eq!(
+                sel.get(names::LABEL_INSTANCE),
+                labels.get(names::LABEL_INSTANCE)
+            );
+        }
+    }
+}
 
 #[test]
 fn removing_zones_removes_every_zone_piece() {

@@ -50,6 +50,7 @@ pub fn zoned_spec(size: LokiStackSize, factor: i32, keys: &[&str]) -> LokiStackS
             })
             .collect(),
         zone_outage: None,
+        max_unavailable_per_zone: None,
     });
     spec
 }

@@ -159,6 +159,16 @@ fn replication(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
     if let Some(Err(e)) = recover_after.map(crate::waitzone::parse_duration) {
         errors.push(err("spec.replication.zoneOutage.recoverAfter", e));
     }
+    let per_zone = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.max_unavailable_per_zone);
+    if let Some(m) = per_zone.filter(|m| !(1..=MAX_REPLICAS).contains(m)) {
+        errors.push(err(
+            "spec.replication.maxUnavailablePerZone",
+            format!("must be between 1 and {MAX_REPLICAS}, got {m}"),
+        ));
+    }
     for (field, factor) in factors {
         if let Some(f) = factor.filter(|f| !(1..=MAX_REPLICATION_FACTOR).contains(f)) {
             errors.push(err(
@@ -270,6 +280,7 @@ mod tests {
                 max_skew: 1,
             }],
             zone_outage: None,
+            max_unavailable_per_zone: None,
         });
         assert_eq!(validate(&spec), Ok(()));
     }
@@ -299,6 +310,7 @@ mod tests {
                 },
             ],
             zone_outage: None,
+            max_unavailable_per_zone: Some(0),
         });
         let Err(InvalidSpec(errors)) = validate(&spec) else {
             panic!("expected errors")
@@ -308,6 +320,7 @@ mod tests {
             fields,
             [
                 "spec.replicationFactor",
+                "spec.replication.maxUnavailablePerZone",
                 "spec.replicationFactor",
                 "spec.replication.factor",
                 "spec.replication.zones",
@@ -328,6 +341,7 @@ mod tests {
                 max_skew: 101,
             }],
             zone_outage: None,
+            max_unavailable_per_zone: None,
         });
         spec.storage.schemas = vec![crate::api::ObjectStorageSchema {
             version: crate::api::ObjectStorageSchemaVersion::V13,
@@ -360,6 +374,7 @@ mod tests {
             factor: Some(5),
             zones: vec![],
             zone_outage: None,
+            max_unavailable_per_zone: None,
         });
         let e =
             validate_stack(&crate::testing::stack("s", spec)).expect_err("5 copies, 3 ingesters");

@@ -259,7 +259,9 @@ async fn run_confined(env: &Env, op: &mut Operator, sa: &str) -> Result<()> {
             (("configmaps", "", "delete"), other, false),
             (("pods", "", "patch"), a, true),
             (("pods", "", "patch"), other, false),
-            (("pods", "", "delete"), a, false),
+            // The zone-by-zone rollout deletes pods, in the watched namespaces only.
+            (("pods", "", "delete"), a, true),
+            (("pods", "", "delete"), other, false),
             (("events", "events.k8s.io", "create"), other, false),
             (
                 ("lokistacks/status", "loki.grafana.com", "patch"),

@@ -312,6 +312,16 @@ fn replication(t: &mut Table) {
         "replication.factor",
         json!(MAX_REPLICATION_FACTOR + 1),
     );
+    t.bad(
+        "max-unavailable-per-zone-below-1",
+        "replication.maxUnavailablePerZone",
+        json!(0),
+    );
+    t.bad(
+        "max-unavailable-per-zone-above-max",
+        "replication.maxUnavailablePerZone",
+        json!(MAX_REPLICAS + 1),
+    );
     let zone_case = |t: &mut Table, name: &str, field: &str, since: u32, zones: Value| {
         t.case(name, field, since, |v| set(v, "replication.zones", zones));
     };
@@ -541,8 +551,11 @@ pub fn valid_cases() -> Result<Vec<Valid>> {
         set(
             v,
             "replication",
-            json!({"factor": 3, "zones": zones, "zoneOutage": {"recoverAfter": "999999h"}}),
+            json!({"factor": 3, "zones": zones, "zoneOutage": {"recoverAfter": "999999h"}, "maxUnavailablePerZone": MAX_REPLICAS}),
         );
+    });
+    bound("max-unavailable-per-zone-min", &|v| {
+        set(v, "replication.maxUnavailablePerZone", json!(1))
     });
     bound("replicas-min", &|v| {
         for c in COMPONENTS {

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use loki_zone_operator::names;
@@ -387,11 +387,18 @@ async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod) {
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     if pod.metadata.deletion_timestamp.is_some() {
+        // Only this instance, as a kubelet confirms its own pod: a late event of a pod
+        // that a StatefulSet already recreated under the same name must not remove the
+        // new one.
         let _ = api
             .delete(
                 &pod.name_any(),
                 &DeleteParams {
                     grace_period_seconds: Some(0),
+                    preconditions: Some(Preconditions {
+                        uid: pod.metadata.uid.clone(),
+                        resource_version: None,
+                    }),
                     ..Default::default()
                 },
             )

@@ -16,6 +16,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{
     Node, NodeSpec, NodeStatus, ObjectReference, PersistentVolume, PersistentVolumeSpec,
     PersistentVolumeStatus, Pod, PodSpec, PodStatus, Secret,
@@ -72,6 +73,9 @@ pub struct Caches {
     pub zone_aware_pods: Store<Pod>,
     /// The other pods of stacks (label `app.kubernetes.io/name=lokistack`).
     pub other_pods: Store<Pod>,
+    /// The StatefulSets the operator created: replicas, update strategy and revisions,
+    /// which the zone-by-zone rollout reads (the children caches keep metadata only).
+    pub statefulsets: Store<StatefulSet>,
     /// Metadata of what the operator created, per kind, as this server serves it.
     pub children: Vec<(ChildKind, ApiResource, ChildStore)>,
 }
@@ -90,6 +94,14 @@ impl Caches {
         pods
     }
 
+    /// One pod of a stack by name, from either pod store.
+    pub fn stack_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let r = ObjectRef::new(name).within(namespace);
+        self.zone_aware_pods
+            .get(&r)
+            .or_else(|| self.other_pods.get(&r))
+    }
+
     pub async fn wait_until_ready(&self) -> bool {
         let mut ok = synced("lokistacks", &self.stacks).await
             & synced("nodes", &self.nodes).await
@@ -97,7 +109,8 @@ impl Caches {
             & synced("storage classes", &self.storage_classes).await
             & synced("persistent volumes", &self.volumes).await
             & synced("zone-aware pods", &self.zone_aware_pods).await
-            & synced("pods", &self.other_pods).await;
+            & synced("pods", &self.other_pods).await
+            & synced("statefulsets", &self.statefulsets).await;
         for (kind, _, s) in &self.children {
             ok &= synced(kind.as_str(), s).await;
         }
@@ -295,12 +308,14 @@ pub fn start(src: Sources<'_>, triggers: Triggers) -> (Caches, Vec<JoinHandle<()
     let (volumes, volume_task) = watch_volumes(client, stacks.clone(), &triggers);
     let (zone_aware_pods, zone_aware_task) = watch_pods(client, scope, &triggers, true);
     let (other_pods, other_task) = watch_pods(client, scope, &triggers, false);
+    let (statefulsets, statefulset_task) = watch_statefulsets(client, scope, &triggers);
     let mut tasks = vec![
         node_task,
         class_task,
         volume_task,
         zone_aware_task,
         other_task,
+        statefulset_task,
     ];
     let mut children = Vec::new();
     for kind in ChildKind::ALL {
@@ -317,6 +332,7 @@ pub fn start(src: Sources<'_>, triggers: Triggers) -> (Caches, Vec<JoinHandle<()
         volumes,
         zone_aware_pods,
         other_pods,
+        statefulsets,
         children,
     };
     (caches, tasks)
@@ -505,6 +521,59 @@ fn watch_pods(
     )
 }
 
+/// StatefulSets the operator created, typed but stripped to what a rollout reads. A
+/// change (a new update revision, a pod recreated) re-runs the owning stack; the metadata
+/// cache of the same objects triggers it too, maybe before this store has the change, so
+/// this one triggers again once it has.
+fn watch_statefulsets(
+    client: &Client,
+    scope: &Scope,
+    triggers: &Triggers,
+) -> (Store<StatefulSet>, JoinHandle<()>) {
+    let stack_tx = triggers.stacks.clone();
+    spawn_typed(
+        scope.watches(
+            || Api::all(client.clone()),
+            |ns| Api::namespaced(client.clone(), ns),
+        ),
+        watcher::Config::default().labels(&managed_selector()),
+        strip_statefulset,
+        move |ev| {
+            let (watcher::Event::Apply(s) | watcher::Event::Delete(s)) = ev else {
+                return;
+            };
+            let owner = s
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == names::KIND && o.controller == Some(true));
+            if let (Some(o), Some(ns)) = (owner, s.metadata.namespace.as_deref()) {
+                let _ = stack_tx.send(stack_ref(ns, &o.name));
+            }
+        },
+    )
+}
+
+/// Keeps the metadata (without annotations), replicas, the update strategy and the
+/// status: what decides which pods are outdated and how many there should be.
+pub fn strip_statefulset(s: &mut StatefulSet) {
+    strip_meta(&mut s.metadata);
+    s.metadata.annotations = None;
+    s.spec = s.spec.take().map(|spec| StatefulSetSpec {
+        replicas: spec.replicas,
+        update_strategy: spec.update_strategy,
+        ..Default::default()
+    });
+    s.status = s.status.take().map(|st| StatefulSetStatus {
+        observed_generation: st.observed_generation,
+        replicas: st.replicas,
+        update_revision: st.update_revision,
+        current_revision: st.current_revision,
+        ..Default::default()
+    });
+}
+
 /// Children (metadata only: the skip check and pruning need nothing else): a change or
 /// deletion by someone else re-runs the owning stack, which applies it again.
 fn watch_children(
@@ -625,6 +694,55 @@ mod tests {
         assert_eq!(data["q"].0, vec![storage::VALUE_UNSAFE]);
         assert_eq!(data["endpoint"].0, b"https://s3.amazonaws.com".to_vec());
         assert!(s.string_data.is_none());
+    }
+
+    #[test]
+    fn stripped_statefulsets_keep_what_a_rollout_reads() {
+        use k8s_openapi::api::apps::v1::StatefulSetUpdateStrategy;
+        let mut s = StatefulSet {
+            metadata: kube::api::ObjectMeta {
+                name: Some("s-ingester".into()),
+                generation: Some(4),
+                annotations: Some([("a".to_string(), "b".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(6),
+                service_name: Some("s-ingester-grpc".into()),
+                update_strategy: Some(StatefulSetUpdateStrategy {
+                    type_: Some("OnDelete".into()),
+                    ..Default::default()
+                }),
+                template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                    spec: Some(PodSpec::default()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            status: Some(StatefulSetStatus {
+                observed_generation: Some(4),
+                replicas: 6,
+                ready_replicas: Some(5),
+                update_revision: Some("s-ingester-abc".into()),
+                ..Default::default()
+            }),
+        };
+        strip_statefulset(&mut s);
+        let spec = s.spec.as_ref().expect("spec");
+        assert_eq!(spec.replicas, Some(6));
+        assert_eq!(
+            spec.update_strategy
+                .as_ref()
+                .and_then(|u| u.type_.as_deref()),
+            Some("OnDelete")
+        );
+        assert!(spec.template.spec.is_none() && spec.service_name.is_none());
+        let status = s.status.as_ref().expect("status");
+        assert_eq!(status.update_revision.as_deref(), Some("s-ingester-abc"));
+        assert_eq!(status.observed_generation, Some(4));
+        assert!(status.ready_replicas.is_none());
+        assert!(s.metadata.annotations.is_none());
+        assert_eq!(s.metadata.generation, Some(4));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod podzone;
 pub mod reconcile;
 pub mod recovery;
 pub mod report;
+pub mod rollout;
 pub mod scope;
 pub mod secrets;
 pub mod server;

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ObjectMeta};
@@ -52,6 +53,9 @@ pub struct Snapshot {
     /// The stack's children (instance label and this stack's controller owner), by kind
     /// and name: what this operator applied, and what the Go Loki Operator left.
     pub children: BTreeMap<(ChildKind, String), ChildState>,
+    /// The stack's StatefulSets (this stack's controller owner), typed and stripped, by
+    /// name: what the zone-by-zone rollout reads.
+    pub statefulsets: Vec<Arc<StatefulSet>>,
 }
 
 /// What the cache says of one existing child.
@@ -115,6 +119,15 @@ impl Snapshot {
             })
             .collect();
         let children = owned_children(caches, &namespace, &name, &uid);
+        let mut statefulsets = caches.statefulsets.state_filter(|s| {
+            s.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && s.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true) && o.uid == uid)
+        });
+        statefulsets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         Ok(Snapshot {
             namespace,
             name,
@@ -128,6 +141,7 @@ impl Snapshot {
             pods,
             pod_nodes,
             children,
+            statefulsets,
         })
     }
 

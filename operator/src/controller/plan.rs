@@ -176,7 +176,8 @@ fn zone_outage(findings: &Findings) -> bool {
         .is_some_and(|z| !z.unavailable.is_empty())
 }
 
-fn forced(stack: &LokiStack) -> bool {
+/// The stack asks to roll ring members during an outage.
+pub fn forced(stack: &LokiStack) -> bool {
     stack
         .metadata
         .annotations

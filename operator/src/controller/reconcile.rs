@@ -27,6 +27,7 @@ use crate::controller::observe::{storage_ca_keys, ObserveError, Snapshot};
 use crate::controller::plan::{self, plan, Plan, PlanError};
 use crate::controller::recovery;
 use crate::controller::report;
+use crate::controller::rollout;
 use crate::controller::stacks;
 use crate::controller::status::{self, Outcome};
 use crate::render::{ServerCapabilities, Settings};
@@ -36,6 +37,9 @@ use crate::webhook::registration::Coverage;
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
 /// How soon a held-back stack is looked at again when no change arrives.
 pub const HELD_BACK_RETRY: Duration = Duration::from_secs(30);
+/// How soon a stack is looked at again while a rollout is under way. Pod and StatefulSet
+/// changes trigger it anyway; this bounds how long a missed change can stall a zone.
+pub const ROLLOUT_RETRY: Duration = Duration::from_secs(5);
 
 pub struct Context {
     pub client: Client,
@@ -98,7 +102,7 @@ pub async fn reconcile(
     }
     let result = pipeline(&stack, &ctx).await;
     let label = match &result {
-        Ok(Outcome::HeldBack) => "held_back",
+        Ok((Outcome::HeldBack, _)) => "held_back",
         Ok(_) => "ok",
         Err(e) => {
             let (reason, label) = e.reason();
@@ -112,17 +116,18 @@ pub async fn reconcile(
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    result.map(|outcome| match outcome {
+    result.map(|(outcome, rolling)| match outcome {
         // Some causes of a hold-back send no change when fixed (a CA ConfigMap, which is
         // not watched): look again soon, which costs reads only.
         Outcome::HeldBack => Action::requeue(ctx.resync.min(HELD_BACK_RETRY)),
+        _ if rolling => Action::requeue(ctx.resync.min(ROLLOUT_RETRY)),
         _ => Action::requeue(ctx.resync),
     })
 }
 
-/// observe → plan → apply → status. Returns what the apply step did; a failed apply is
-/// an error once the status shows it.
-async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Outcome, ReconcileError> {
+/// observe → plan → apply → rollout → status. Returns what the apply step did and
+/// whether a rollout is under way; a failed apply is an error once the status shows it.
+async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, bool), ReconcileError> {
     let mut snapshot = Snapshot::take(&ctx.caches, stack)?;
     snapshot.storage_ca_keys = storage_ca_keys(&ctx.client, stack, &snapshot.namespace).await?;
     let plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
@@ -137,11 +142,14 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Outcome, Reconcile
     };
     let now = Timestamp::now();
     let recovered = recover(ctx, stack, &snapshot, &plan, now).await;
-    let new = status::compute(stack, &snapshot, &plan, &outcome, &recovered, now);
+    let rollout = rollout::run::step(ctx, stack, &snapshot, &plan).await;
+    let rolling = rollout.is_some();
+    let mut new = status::compute(stack, &snapshot, &plan, &outcome, &recovered, now);
+    new.rollout = rollout;
     report::write_status(ctx, stack, &new).await?;
     record(ctx, &snapshot, stack, &new);
     applied?;
-    Ok(outcome)
+    Ok((outcome, rolling))
 }
 
 /// The zone-outage recovery of the stack's movable pods (see `recovery.rs`): run when

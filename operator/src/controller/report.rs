@@ -27,11 +27,25 @@ pub async fn event(
     reason: &str,
     note: String,
 ) {
+    event_for(ctx, object, type_, reason, "Reconcile", note).await
+}
+
+/// An Event with its own action. The recorder folds Events of the same object, reason
+/// and action into one series that keeps the first note, so steps that must each be
+/// seen (one per zone of a rollout) need distinct actions.
+pub async fn event_for(
+    ctx: &Context,
+    object: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
     let event = KubeEvent {
         type_,
         reason: reason.to_string(),
         note: Some(truncate(note, MAX_NOTE)),
-        action: "Reconcile".to_string(),
+        action: action.to_string(),
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&event, object).await {

@@ -485,6 +485,8 @@ pub fn compute(
         } else {
             previous.observed_generation
         },
+        // The rollout step's own report, set by the reconcile (`rollout::run::step`).
+        rollout: None,
     }
 }
 
