@@ -591,7 +591,7 @@ async fn run() -> Result<Vec<Row>> {
     // 2. Memory: a fresh operator with one zone-aware stack, then more nodes and pods.
     println!("2. memory");
     op.stop();
-    for ns in ["bench-annotate", "bench-apply"] {
+    for ns in ["bench-bind", "bench-floor", "bench-annotate", "bench-apply"] {
         Api::<Namespace>::all(admin.clone())
             .delete(ns, &Default::default())
             .await?;
