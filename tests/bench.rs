@@ -15,6 +15,11 @@
 //! 3. Idle API cost: requests by verb over ten resync periods with nothing changing, from
 //!    the API server's audit log filtered on the operator's ServiceAccount.
 //! 4. Apply time: from creating a LokiStack to all its children existing, over 20 stacks.
+//! 5. Rollout: a change to the ingesters of a 3-zone stack with 3 ingesters per zone
+//!    (zone by zone, OnDelete driven by the operator) against the same change to a stack
+//!    without zones (the StatefulSet's rolling update, one pod at a time); simulated pods
+//!    turn Ready [`READY_AFTER`] after they start. A watch on the ingesters records the
+//!    most zones that ever had an ingester down at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,6 +41,11 @@ use serde_json::{json, Value};
 const PODS: usize = 300;
 const CONCURRENCY: usize = 32;
 const RESYNC_SECS: u64 = 3;
+/// How long a simulated pod takes from start to Ready: an ingester replaying its WAL and
+/// joining the ring, in miniature.
+const READY_AFTER: Duration = Duration::from_secs(3);
+/// Ingesters of the rollout section: 3 per zone over 3 zones.
+const ROLLOUT_INGESTERS: usize = 9;
 
 struct Row {
     name: String,
@@ -193,7 +203,7 @@ async fn run() -> Result<Vec<Row>> {
     let cp = ControlPlane::start(&repo_root().join(".e2e/bench"))?;
     let admin = client_for(&cp.admin_kubeconfig).await?;
     operator::deploy(&cp.admin_kubeconfig)?;
-    let sim = NodeSim::new(admin.clone());
+    let sim = NodeSim::new(admin.clone()).with_ready_after(READY_AFTER);
     sim.install_storage_class().await?;
     sim.create_zones(&["zone-a", "zone-b", "zone-c"], 10)
         .await?;
@@ -534,6 +544,10 @@ async fn run() -> Result<Vec<Row>> {
         "≤ 1000 ms",
         Some(median <= 1000.0),
     );
+
+    // 5. Zone-by-zone rollout against the one-pod-at-a-time rolling update.
+    println!("5. rollout of {ROLLOUT_INGESTERS} ingesters, ready {READY_AFTER:?} after start");
+    rollout_rows(&admin, &mut rows).await?;
 
     // 3. Idle API cost over ten resync periods.
     println!("3. idle API cost, 10 resyncs of {RESYNC_SECS}s");
@@ -931,4 +945,163 @@ async fn bind_time_floor(admin: &Client) -> Result<BindPath> {
         at_bind,
         writes_per_pod: 1.0,
     })
+}
+
+/// One ingester observation: when, which pod, its zone, and whether it was up.
+type Timeline = Arc<Mutex<Vec<(Instant, String, Option<String>, bool)>>>;
+
+fn watch_ingesters(client: &Client, ns: &str) -> (Timeline, tokio::task::JoinHandle<()>) {
+    let seen: Timeline = Arc::default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let out = seen.clone();
+    let task = tokio::spawn(async move {
+        let config = watcher::Config::default().labels("app.kubernetes.io/component=ingester");
+        let stream = watcher(api, config).default_backoff();
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            let (p, deleted) = match ev {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
+                Ok(watcher::Event::Delete(p)) => (p, true),
+                _ => continue,
+            };
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let up = !deleted && p.metadata.deletion_timestamp.is_none() && ready;
+            let zone = p
+                .annotations()
+                .get("loki.grafana.com/availability-zone")
+                .cloned();
+            let mut v = out.lock().unwrap_or_else(|e| e.into_inner());
+            v.push((Instant::now(), p.name_any(), zone, up));
+        }
+    });
+    (seen, task)
+}
+
+/// The most zones that had an ingester down at the same moment, after `from`.
+fn most_zones_down(timeline: &Timeline, from: Instant) -> usize {
+    let events = timeline.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut up: HashMap<String, bool> = HashMap::new();
+    let mut zone_of: HashMap<String, String> = HashMap::new();
+    let mut most = 0;
+    for (at, pod, zone, is_up) in events {
+        if let Some(z) = zone {
+            zone_of.insert(pod.clone(), z);
+        }
+        up.insert(pod, is_up);
+        if at < from {
+            continue;
+        }
+        let down: std::collections::BTreeSet<&String> = up
+            .iter()
+            .filter(|(_, u)| !**u)
+            .filter_map(|(p, _)| zone_of.get(p))
+            .collect();
+        most = most.max(down.len());
+    }
+    most
+}
+
+/// Creates `name` with 9 ingesters (zones or not) and waits until they all run Ready.
+async fn rollout_stack(admin: &Client, ns: &str, name: &str, zones: bool) -> Result<()> {
+    namespace_with_storage_secret(admin, ns).await?;
+    let mut s = stack(name, "1x.small", zones)?;
+    s.spec.template = Some(serde_json::from_value(
+        json!({"ingester": {"replicas": ROLLOUT_INGESTERS}}),
+    )?);
+    Api::<LokiStack>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await?;
+    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), ns);
+    eventually("ingesters Ready", Duration::from_secs(300), || async {
+        let s = sts.get_opt(&format!("{name}-ingester")).await?;
+        let ready = s.and_then(|s| s.status).and_then(|st| st.ready_replicas);
+        Ok((ready == Some(ROLLOUT_INGESTERS as i32)).then_some(()))
+    })
+    .await
+}
+
+/// Changes the ingesters' tolerations and times until every ingester runs the new
+/// revision and is Ready.
+async fn roll(admin: &Client, ns: &str, name: &str) -> Result<Duration> {
+    let stacks: Api<LokiStack> = Api::namespaced(admin.clone(), ns);
+    let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    let set = format!("{name}-ingester");
+    let before = sts.get(&set).await?.status.and_then(|s| s.update_revision);
+    let toleration = json!([{"key": "bench.loki-zone-operator.dev/roll", "operator": "Exists", "effect": "NoSchedule"}]);
+    let patch = json!({"spec": {"template": {"ingester": {"tolerations": toleration}}}});
+    let started = Instant::now();
+    stacks
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    eventually(
+        "every ingester updated and Ready",
+        Duration::from_secs(600),
+        || async {
+            let revision = sts.get(&set).await?.status.and_then(|s| s.update_revision);
+            if revision.is_none() || revision == before {
+                return Ok(None);
+            }
+            let list = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=ingester"))
+                .await?;
+            let done = list.items.iter().filter(|p| {
+                let rev = p.labels().get("controller-revision-hash");
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                rev == revision.as_ref() && ready && p.metadata.deletion_timestamp.is_none()
+            });
+            Ok((done.count() == ROLLOUT_INGESTERS).then(|| started.elapsed()))
+        },
+    )
+    .await
+}
+
+async fn rollout_rows(admin: &Client, rows: &mut Vec<Row>) -> Result<()> {
+    let (zoned_ns, plain_ns) = ("bench-rollout-zones", "bench-rollout-plain");
+    rollout_stack(admin, zoned_ns, "zoned", true).await?;
+    rollout_stack(admin, plain_ns, "plain", false).await?;
+    let (timeline, watch) = watch_ingesters(admin, zoned_ns);
+    let from = Instant::now();
+    let zoned = roll(admin, zoned_ns, "zoned").await?;
+    let most = most_zones_down(&timeline, from);
+    watch.abort();
+    let plain = roll(admin, plain_ns, "plain").await?;
+    row(
+        rows,
+        "rollout, 3 zones × 3 ingesters, zone by zone",
+        format!("{:.1} s", zoned.as_secs_f64()),
+        "-",
+        None,
+    );
+    row(
+        rows,
+        "rollout, 9 ingesters, one pod at a time (no zones)",
+        format!("{:.1} s", plain.as_secs_f64()),
+        "-",
+        None,
+    );
+    let speedup = plain.as_secs_f64() / zoned.as_secs_f64();
+    row(
+        rows,
+        "zone by zone ÷ one at a time",
+        format!("{speedup:.1}x faster"),
+        "≥ 2x",
+        Some(speedup >= 2.0),
+    );
+    row(
+        rows,
+        "most zones with an ingester down at once (zone by zone)",
+        most.to_string(),
+        "1",
+        Some(most == 1),
+    );
+    Ok(())
 }

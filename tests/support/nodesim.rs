@@ -61,6 +61,7 @@ fn is_dark(dark: &Dark, node: &str) -> bool {
 pub struct NodeSim {
     client: Client,
     dark: Dark,
+    ready_after: Duration,
 }
 
 /// The node status a kubelet posts: capacity and the conditions the lifecycle controller
@@ -156,7 +157,15 @@ impl NodeSim {
         NodeSim {
             client,
             dark: Dark::default(),
+            ready_after: Duration::ZERO,
         }
+    }
+
+    /// Pods turn Running and Ready this long after they are bound, as an ingester does
+    /// once it has replayed its WAL and joined the ring (default: at once).
+    pub fn with_ready_after(mut self, delay: Duration) -> Self {
+        self.ready_after = delay;
+        self
     }
 
     fn nodes(&self) -> Api<Node> {
@@ -272,7 +281,11 @@ impl NodeSim {
     pub fn run(&self) -> Vec<JoinHandle<()>> {
         vec![
             tokio::spawn(heartbeats(self.client.clone(), self.dark.clone())),
-            tokio::spawn(kubelet(self.client.clone(), self.dark.clone())),
+            tokio::spawn(kubelet(
+                self.client.clone(),
+                self.dark.clone(),
+                self.ready_after,
+            )),
             tokio::spawn(provisioner(self.client.clone())),
             tokio::spawn(namespace_names(self.client.clone())),
         ]
@@ -362,15 +375,45 @@ fn is_running_ready(pod: &Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn kubelet(client: Client, dark: Dark) {
+async fn kubelet(client: Client, dark: Dark, ready_after: Duration) {
     let all: Api<Pod> = Api::all(client.clone());
     let stream = watcher(all, watcher::Config::default())
         .default_backoff()
         .applied_objects();
     futures::pin_mut!(stream);
+    // Pods whose delayed start is under way, by UID, so each starts once.
+    let starting: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     while let Some(ev) = stream.next().await {
         let Ok(pod) = ev else { continue };
-        sync_pod(&client, &dark, &pod).await;
+        let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let immediate = ready_after.is_zero() || !bound || is_running_ready(&pod);
+        if immediate || pod.metadata.deletion_timestamp.is_some() {
+            sync_pod(&client, &dark, &pod).await;
+            continue;
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !starting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.clone())
+        {
+            continue;
+        }
+        let (client, dark, starting) = (client.clone(), dark.clone(), starting.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(ready_after).await;
+            // The pod as it is now: it may have been deleted, or got its zone, meanwhile.
+            let api: Api<Pod> =
+                Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+            let now = api.get_opt(&pod.name_any()).await.ok().flatten();
+            starting
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&uid);
+            if let Some(p) = now.filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str())) {
+                sync_pod(&client, &dark, &p).await;
+            }
+        });
     }
 }
 
