@@ -199,8 +199,14 @@ pub async fn namespaced_mode_runs_only_the_watched_namespaces(env: &mut Env) -> 
         .filter(|o| o["kind"] == "ClusterRole")
         .filter_map(|o| o["metadata"]["name"].as_str())
         .collect();
+    // The cluster reads, and the one cluster-scoped object it writes: the webhook
+    // configuration (by name).
     ensure!(
-        cluster_roles == [format!("{PREFIX}loki-zone-operator-cluster-reader")],
+        cluster_roles
+            == [
+                format!("{PREFIX}loki-zone-operator-cluster-reader"),
+                format!("{PREFIX}loki-zone-operator-webhook-configuration"),
+            ],
         "ClusterRoles of the namespaced install: {cluster_roles:?}"
     );
     let kubeconfig = kubeconfig_of(env, &sa, &dir).await?;
