@@ -242,15 +242,14 @@ fn register_webhook(
 ) -> (Option<Coverage>, Option<JoinHandle<()>>) {
     match &cfg.webhook.mode {
         WebhookMode::SelfManaged { target } => {
-            let (coverage, covered, wake) = Coverage::new();
+            let (coverage, feed) = Coverage::new();
             let keep = webhook::registration::keep(Keeper {
                 client: client.clone(),
                 stacks,
                 ca_bundle,
                 target: target.clone(),
                 match_conditions: caps.webhook_match_conditions,
-                covered,
-                wake,
+                feed,
             });
             (Some(coverage), Some(tokio::spawn(keep)))
         }

@@ -6,6 +6,7 @@
 //! `failurePolicy: Ignore`, a 2 s timeout, no side effects.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,26 +44,55 @@ pub const COVERAGE_WAIT: Duration = Duration::from_secs(5);
 pub struct Coverage {
     covered: watch::Receiver<BTreeSet<String>>,
     wake: Arc<Notify>,
+    failing: Arc<AtomicBool>,
+}
+
+/// The keeper's side of [`Coverage`].
+pub struct CoverageFeed {
+    covered: watch::Sender<BTreeSet<String>>,
+    wake: Arc<Notify>,
+    failing: Arc<AtomicBool>,
+}
+
+impl CoverageFeed {
+    fn applied(&self, covered: BTreeSet<String>) {
+        self.failing.store(false, Ordering::Relaxed);
+        self.covered.send_replace(covered);
+    }
+
+    fn failed(&self) {
+        self.failing.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Coverage {
-    pub fn new() -> (Coverage, watch::Sender<BTreeSet<String>>, Arc<Notify>) {
+    pub fn new() -> (Coverage, CoverageFeed) {
         let (tx, covered) = watch::channel(BTreeSet::new());
-        let wake = Arc::new(Notify::new());
+        let (wake, failing) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
+        let feed = CoverageFeed {
+            covered: tx,
+            wake: wake.clone(),
+            failing: failing.clone(),
+        };
         (
             Coverage {
                 covered,
-                wake: wake.clone(),
+                wake,
+                failing,
             },
-            tx,
-            wake,
+            feed,
         )
     }
 
     /// Waits until `namespace` is covered, at most [`COVERAGE_WAIT`]; false if it is not.
+    /// While the configuration cannot be applied (its RBAC missing, say) nothing waits:
+    /// the annotator zones the pods, and the keeper's warning says why.
     pub async fn wait_for(&self, namespace: &str) -> bool {
         if self.covered.borrow().contains(namespace) {
             return true;
+        }
+        if self.failing.load(Ordering::Relaxed) {
+            return false;
         }
         self.wake.notify_one();
         let mut rx = self.covered.clone();
@@ -229,8 +259,7 @@ pub struct Keeper {
     pub ca_bundle: watch::Receiver<Option<String>>,
     pub target: ClientTarget,
     pub match_conditions: bool,
-    pub covered: watch::Sender<BTreeSet<String>>,
-    pub wake: Arc<Notify>,
+    pub feed: CoverageFeed,
 }
 
 /// The parts of a webhook the operator sets, as the server returns them: what is
@@ -305,11 +334,12 @@ pub async fn keep(mut k: Keeper) {
                     Ok(_) => {
                         let covered = covered_by(&want);
                         info!(namespaces = ?covered, "zone-at-bind webhook configuration applied");
-                        k.covered.send_replace(covered);
+                        k.feed.applied(covered);
                         applied = Some(want);
                     }
                     Err(e) => {
-                        warn!(error = %e, "cannot apply the zone-at-bind webhook configuration; pods get their zone from the annotator meanwhile")
+                        k.feed.failed();
+                        warn!(error = %e, "cannot apply the zone-at-bind webhook configuration; pods get their zone from the annotator meanwhile");
                     }
                 }
             }
@@ -317,7 +347,7 @@ pub async fn keep(mut k: Keeper) {
         tokio::select! {
             _ = tokio::time::sleep(EVERY) => {}
             _ = k.ca_bundle.changed() => {}
-            _ = k.wake.notified() => {}
+            _ = k.feed.wake.notified() => {}
         }
     }
 }
@@ -423,6 +453,27 @@ mod tests {
             Some("https://127.0.0.1:9443/zone-at-bind")
         );
         assert!(configuration(&target, "PEM", &[], true).webhooks.is_none());
+    }
+
+    /// A reconcile waits for its namespace only while the configuration can be applied.
+    #[tokio::test]
+    async fn coverage_waits_only_while_the_configuration_can_be_applied() {
+        let (coverage, feed) = Coverage::new();
+        let waiting = tokio::spawn({
+            let c = coverage.clone();
+            async move { c.wait_for("logs").await }
+        });
+        tokio::task::yield_now().await;
+        feed.applied(BTreeSet::from(["logs".to_string()]));
+        assert!(waiting.await.expect("joins"), "covered while waiting");
+        assert!(coverage.wait_for("logs").await);
+        feed.failed();
+        let started = Instant::now();
+        assert!(!coverage.wait_for("team").await, "not covered");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "no wait while failing"
+        );
     }
 
     #[test]
