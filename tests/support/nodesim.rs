@@ -298,7 +298,11 @@ impl NodeSim {
 async fn namespace_names(client: Client) {
     use k8s_openapi::api::core::v1::Namespace;
     let api: Api<Namespace> = Api::all(client);
-    let events = watcher(api.clone(), watcher::Config::default()).applied_objects();
+    // With backoff: a watch whose API server is gone fails at once, and a loop without
+    // it never yields, which keeps the test process from exiting.
+    let events = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .applied_objects();
     futures::pin_mut!(events);
     while let Some(ev) = events.next().await {
         let Ok(ns) = ev else { continue };
