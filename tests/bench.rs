@@ -605,10 +605,12 @@ async fn run() -> Result<Vec<Row>> {
     // 2. Memory: a fresh operator with one zone-aware stack, then more nodes and pods.
     println!("2. memory");
     op.stop();
-    for ns in ["bench-bind", "bench-floor", "bench-annotate", "bench-apply"] {
-        Api::<Namespace>::all(admin.clone())
-            .delete(ns, &Default::default())
-            .await?;
+    // Every namespace an earlier section made (they all start with `bench-`).
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    for n in namespaces.list(&ListParams::default()).await?.items {
+        if n.name_any().starts_with("bench-") {
+            namespaces.delete(&n.name_any(), &Default::default()).await?;
+        }
     }
     eventually(
         "bench namespaces gone",
