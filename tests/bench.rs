@@ -609,7 +609,9 @@ async fn run() -> Result<Vec<Row>> {
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     for n in namespaces.list(&ListParams::default()).await?.items {
         if n.name_any().starts_with("bench-") {
-            namespaces.delete(&n.name_any(), &Default::default()).await?;
+            namespaces
+                .delete(&n.name_any(), &Default::default())
+                .await?;
         }
     }
     eventually(

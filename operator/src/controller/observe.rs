@@ -119,15 +119,7 @@ impl Snapshot {
             })
             .collect();
         let children = owned_children(caches, &namespace, &name, &uid);
-        let mut statefulsets = caches.statefulsets.state_filter(|s| {
-            s.metadata.namespace.as_deref() == Some(namespace.as_str())
-                && s.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true) && o.uid == uid)
-        });
-        statefulsets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let statefulsets = owned_statefulsets(caches, &namespace, &uid);
         Ok(Snapshot {
             namespace,
             name,
@@ -243,6 +235,20 @@ pub fn version_of(meta: &ObjectMeta) -> String {
         Some(g) => format!("g{g}"),
         None => format!("rv{}", meta.resource_version.as_deref().unwrap_or_default()),
     }
+}
+
+/// The stack's StatefulSets (controller-owned by it), sorted by name.
+fn owned_statefulsets(caches: &Caches, namespace: &str, uid: &str) -> Vec<Arc<StatefulSet>> {
+    let mut sets = caches.statefulsets.state_filter(|s| {
+        s.metadata.namespace.as_deref() == Some(namespace)
+            && s.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+    });
+    sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    sets
 }
 
 #[cfg(test)]
