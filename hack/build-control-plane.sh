@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and kube-scheduler 1.20.2 from
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler and kubectl 1.20.2 from
 # Debian's `kubernetes` source package (vendored, so no module downloads) and
 # caches them outside the repo. A second run with the binaries present exits at once.
 #
@@ -11,7 +11,7 @@ K8S_VERSION=1.20.2
 CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
 BIN_DIR="$CACHE_DIR/k8s-$K8S_VERSION/bin"
 SRC_ROOT="$CACHE_DIR/k8s-$K8S_VERSION/src"
-WANT=(kube-apiserver kube-controller-manager kube-scheduler)
+WANT=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # Bump when the build changes, so cached binaries from an older recipe are rebuilt.
 BUILD_STAMP="reflect2-go118-fix-1"
 
@@ -161,7 +161,7 @@ build_log="$CACHE_DIR/k8s-$K8S_VERSION/build.log"
 (
   cd "$gopath/src/k8s.io/kubernetes"
   export GOPATH="$gopath" GO111MODULE=off CGO_ENABLED=0 GOPROXY=off GOFLAGS=-mod=vendor GOCACHE="$CACHE_DIR/k8s-$K8S_VERSION/gocache"
-  make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager" KUBE_VERBOSE=2
+  make WHAT="cmd/kube-apiserver cmd/kube-scheduler cmd/kube-controller-manager cmd/kubectl" KUBE_VERBOSE=2
 ) >"$build_log" 2>&1 &
 build_pid=$!
 while kill -0 "$build_pid" 2>/dev/null; do

@@ -94,6 +94,11 @@ case "$action" in
     ;;
   undeploy)
     $KUBECTL kustomize manifests/operator | $KUBECTL delete --ignore-not-found -f -
+    # The operator registers its webhook configurations itself; the zone-disruption one
+    # fails closed, so left behind it would refuse every eviction of the stacks'
+    # ingesters.
+    $KUBECTL delete --ignore-not-found mutatingwebhookconfiguration loki-zone-operator-zone-at-bind
+    $KUBECTL delete --ignore-not-found validatingwebhookconfiguration loki-zone-operator-zone-disruptions
     ;;
   manifests)
     # What `deploy` applies after the CRD, for review or GitOps: hack/deploy.sh manifests

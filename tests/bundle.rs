@@ -426,13 +426,26 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
     );
     for role in &cluster_roles {
         if role["metadata"]["name"] == WEBHOOK_CONFIGURATION_ROLE {
-            for r in role["rules"].as_array().expect("rules") {
-                assert_eq!(strs(&r["resources"]), vec!["mutatingwebhookconfigurations"]);
-                assert_eq!(
-                    strs(&r["resourceNames"]),
-                    vec![loki_zone_operator::names::WEBHOOK_CONFIGURATION]
-                );
-            }
+            let rules: Vec<(Vec<&str>, Vec<&str>)> = role["rules"]
+                .as_array()
+                .expect("rules")
+                .iter()
+                .map(|r| (strs(&r["resources"]), strs(&r["resourceNames"])))
+                .collect();
+            let one = |kind, name| (vec![kind], vec![name]);
+            assert_eq!(
+                rules,
+                vec![
+                    one(
+                        "mutatingwebhookconfigurations",
+                        loki_zone_operator::names::WEBHOOK_CONFIGURATION
+                    ),
+                    one(
+                        "validatingwebhookconfigurations",
+                        loki_zone_operator::names::WEBHOOK_DISRUPTION_CONFIGURATION
+                    ),
+                ]
+            );
             continue;
         }
         for (_, res, verbs) in rule_resources(&role["rules"]) {

@@ -25,6 +25,9 @@ use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
 
+#[path = "e2e/disruptions.rs"]
+mod disruptions;
+use disruptions::evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass;
 #[path = "e2e/migrate.rs"]
 mod migrate;
 use migrate::a_stack_left_by_the_go_operator_is_taken_over;
@@ -1477,6 +1480,7 @@ fn main() -> std::process::ExitCode {
         api_server_restarts_never_stop_the_operator,
         namespaced_mode_runs_only_the_watched_namespaces,
         ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone,
+        evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

@@ -172,6 +172,10 @@ pub struct EffectiveStack {
     /// Unavailable zones (single-key stacks only) that stateless components are kept
     /// out of on servers whose spread constraints do not honour taints; set by the plan.
     pub avoid_zones: Vec<String>,
+    /// How many ingesters the PodDisruptionBudget lets go at once: 1, unless the
+    /// zone-disruption webhook decides the stack's evictions, when it is the per-zone
+    /// maximum; set by the plan.
+    pub ingester_disruptions: i32,
 }
 
 impl EffectiveStack {
@@ -319,6 +323,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         components,
         store: StoreParams::default(),
         avoid_zones: Vec::new(),
+        ingester_disruptions: 1,
     }
 }
 

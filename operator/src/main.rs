@@ -113,6 +113,12 @@ struct WebhookArgs {
     /// CA and certificate and keeps the configuration current.
     #[arg(long, env = "WEBHOOK_CERT_DIR")]
     webhook_cert_dir: Option<PathBuf>,
+    /// Serve the pods/eviction webhook that lets one zone's ingesters be evicted at a
+    /// time and refuses a second zone (with the operator's own certificates only: OLM
+    /// installs keep a one-ingester PodDisruptionBudget). Off, the operator removes its
+    /// configuration and the ingester budget goes back to one pod at a time.
+    #[arg(long, env = "ZONE_DISRUPTION_WEBHOOK", default_value_t = true, action = clap::ArgAction::Set)]
+    zone_disruption_webhook: bool,
 }
 
 impl WebhookArgs {
@@ -132,6 +138,7 @@ impl WebhookArgs {
         };
         WebhookConfig {
             mode,
+            disruptions: self.zone_disruption_webhook,
             addr: self.webhook_addr,
             namespace: namespace.to_string(),
         }

@@ -123,6 +123,11 @@ pub fn zone_file_path() -> String {
 pub const WEBHOOK_CONFIGURATION: &str = "loki-zone-operator-zone-at-bind";
 pub const WEBHOOK_ZONE_AT_BIND: &str = "zone-at-bind.loki.grafana.com";
 pub const WEBHOOK_PATH_ZONE_AT_BIND: &str = "/zone-at-bind";
+/// The pods/eviction webhook (zone-aware disruptions): its configuration, kept by the
+/// operator with `make deploy` only, the one webhook in it, and the path.
+pub const WEBHOOK_DISRUPTION_CONFIGURATION: &str = "loki-zone-operator-zone-disruptions";
+pub const WEBHOOK_ZONE_DISRUPTIONS: &str = "zone-disruptions.loki.grafana.com";
+pub const WEBHOOK_PATH_ZONE_DISRUPTIONS: &str = "/zone-disruptions";
 /// The Service in front of the webhook port, in the operator's namespace.
 pub const WEBHOOK_SERVICE: &str = "loki-zone-operator-webhook";
 pub const WEBHOOK_SERVICE_PORT: i32 = 443;

@@ -716,7 +716,11 @@ fn component_documents(
     let labels = component_labels(name, comp);
     let http = (names::PORT_NAME_HTTP, names::PORT_HTTP);
     let grpc = (names::PORT_NAME_GRPC, names::PORT_GRPC);
-    let pdb_ctx = json!({"stack": stack_ctx(stack), "name": comp.workload_name(name), "labels": labels, "selector": labels});
+    let max_unavailable = match comp {
+        Component::Ingester => eff.ingester_disruptions.max(1),
+        _ => 1,
+    };
+    let pdb_ctx = json!({"stack": stack_ctx(stack), "name": comp.workload_name(name), "labels": labels, "selector": labels, "max_unavailable": max_unavailable});
     Ok(vec![
         service(
             stack,

@@ -31,14 +31,14 @@ const INGESTER_SELECTOR: &str = "app.kubernetes.io/component=ingester";
 
 /// One observation of an ingester pod.
 #[derive(Clone, Debug)]
-struct Seen {
+pub(super) struct Seen {
     at: Instant,
     pod: String,
     up: bool,
 }
 
 /// Records every change of the stack's ingester pods, in the API server's order.
-struct PodWatch {
+pub(super) struct PodWatch {
     seen: Arc<Mutex<Vec<Seen>>>,
     task: JoinHandle<()>,
 }
@@ -53,10 +53,10 @@ fn is_up(p: &Pod) -> bool {
 }
 
 impl PodWatch {
-    fn start(client: Client) -> Self {
+    pub(super) fn start(client: Client, ns: &str) -> Self {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let out = seen.clone();
-        let api: Api<Pod> = Api::namespaced(client, NS);
+        let api: Api<Pod> = Api::namespaced(client, ns);
         let task = tokio::spawn(async move {
             let stream = watcher(api, watcher::Config::default().labels(INGESTER_SELECTOR))
                 .default_backoff();
@@ -78,7 +78,7 @@ impl PodWatch {
         PodWatch { seen, task }
     }
 
-    fn since(&self, from: Instant) -> Vec<Seen> {
+    pub(super) fn since(&self, from: Instant) -> Vec<Seen> {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         seen.iter().filter(|s| s.at >= from).cloned().collect()
     }
@@ -92,7 +92,7 @@ impl Drop for PodWatch {
 
 /// Walks the timeline: at no point may ingesters of two zones be down. Returns the zones
 /// in the order their first ingester went down, and how long each zone had one down.
-fn zones_in_turn(
+pub(super) fn zones_in_turn(
     seen: &[Seen],
     zone_of: &BTreeMap<String, String>,
 ) -> Result<(Vec<String>, BTreeMap<String, Duration>)> {
@@ -127,7 +127,15 @@ fn zones_in_turn(
 
 /// The ingesters now: name → (uid, zone annotation, Ready).
 async fn ingesters(env: &Env) -> Result<BTreeMap<String, (String, String, bool)>> {
-    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
+    ingesters_in(env, NS).await
+}
+
+/// The ingesters of namespace `ns` now: name → (uid, zone annotation, Ready).
+pub(super) async fn ingesters_in(
+    env: &Env,
+    ns: &str,
+) -> Result<BTreeMap<String, (String, String, bool)>> {
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
     let list = pods
         .list(&ListParams::default().labels(INGESTER_SELECTOR))
         .await?;
@@ -204,17 +212,27 @@ async fn rollout_events(env: &Env) -> Result<BTreeMap<String, Vec<String>>> {
 }
 
 async fn ready_stack(env: &Env) -> Result<BTreeMap<String, String>> {
-    namespace(env, NS).await?;
+    ready_stack_in(env, NS, STACK).await
+}
+
+/// A 1x.demo stack with replication factor 3 over the three zones and two ingesters per
+/// zone, Ready: its ingesters' zones by pod name.
+pub(super) async fn ready_stack_in(
+    env: &Env,
+    ns: &str,
+    stack: &str,
+) -> Result<BTreeMap<String, String>> {
+    namespace(env, ns).await?;
     let mut body = stack_json(
-        STACK,
+        stack,
         "1x.demo",
         json!({"factor": 3, "zones": [{"topologyKey": ZONE, "maxSkew": 1}]}),
     );
     body["spec"]["template"] = json!({"ingester": {"replicas": 6}});
-    create_stack(env, NS, body).await?;
-    wait_condition(env, NS, STACK, "Ready", Some("ReadyComponents")).await?;
-    let sets: Api<StatefulSet> = Api::namespaced(env.admin.clone(), NS);
-    let ingester = sets.get(&format!("{STACK}-ingester")).await?;
+    create_stack(env, ns, body).await?;
+    wait_condition(env, ns, stack, "Ready", Some("ReadyComponents")).await?;
+    let sets: Api<StatefulSet> = Api::namespaced(env.admin.clone(), ns);
+    let ingester = sets.get(&format!("{stack}-ingester")).await?;
     let strategy = ingester
         .spec
         .and_then(|s| s.update_strategy)
@@ -223,7 +241,7 @@ async fn ready_stack(env: &Env) -> Result<BTreeMap<String, String>> {
         strategy.as_deref() == Some("OnDelete"),
         "ingester strategy {strategy:?}"
     );
-    let pods = ingesters(env).await?;
+    let pods = ingesters_in(env, ns).await?;
     let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
     for (_, zone, _) in pods.values() {
         *per_zone.entry(zone.as_str()).or_default() += 1;
@@ -241,7 +259,7 @@ pub(super) async fn ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zon
     env: &mut Env,
 ) -> Result<()> {
     let zone_of = ready_stack(env).await?;
-    let watch = PodWatch::start(env.admin.clone());
+    let watch = PodWatch::start(env.admin.clone(), NS);
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // 1. A change rolls zone-a, then zone-b, then zone-c, each as a whole.

@@ -16,7 +16,7 @@ use anyhow::{ensure, Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use loki_zone_operator::names;

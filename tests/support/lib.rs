@@ -25,6 +25,18 @@ pub async fn client_for(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Cl
     Ok(kube::Client::try_from(config)?)
 }
 
+/// A client that returns every answer as it comes: kube's default client retries 429s
+/// (and 503s) for minutes, which would hide a refused eviction from a test.
+pub async fn client_without_retries(kubeconfig: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig)?,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.default_retry = false;
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// The storage Secret every test stack names: `loki-s3`, with every key type s3 needs.
 pub const STORAGE_SECRET: &str = "loki-s3";
 

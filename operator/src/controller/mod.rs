@@ -26,6 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::controller::{self, Controller};
@@ -41,7 +44,7 @@ use tracing::{error, info, warn};
 
 use crate::names;
 use crate::render::{ServerCapabilities, Settings};
-use crate::webhook::registration::{Coverage, Keeper};
+use crate::webhook::registration::{self, Coverage, Keeper};
 use crate::webhook::{self, WebhookConfig, WebhookMode};
 
 use self::leader::{Elector, LeaderConfig, LeaderError};
@@ -192,8 +195,11 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
             ready.leader.clone(),
             hook.ca_bundle.clone(),
         );
+        let volumes = running.controller.ctx.caches.volumes.clone();
+        hook.leader.lead(volumes, ready.leader.clone());
         ready.leading.store(true, Ordering::Relaxed);
         let term = lead(running, elector.as_ref(), &shutdown, &mut server).await;
+        hook.leader.step_down();
         ready.leading.store(false, Ordering::Relaxed);
         ready.leader.store(false, Ordering::Relaxed);
         match term {
@@ -230,35 +236,64 @@ async fn serve_webhook(
     Ok(hook)
 }
 
-/// The leader's part of the webhook: keep its configuration current (and tell the
-/// reconciler which namespaces it covers), or remove it when the webhook is off. OLM
-/// keeps the configuration it declares itself.
+/// The coverage of the webhooks the leader keeps, for the reconciler.
+#[derive(Clone, Default)]
+pub struct WebhookCoverage {
+    /// Namespaces whose pods are zoned at bind.
+    pub bind: Option<Coverage>,
+    /// Namespaces whose ingester evictions the zone-disruption webhook decides.
+    pub disruptions: Option<Coverage>,
+}
+
+/// The leader's part of the webhooks: keep their configurations current (and tell the
+/// reconciler which namespaces they cover), or remove them when switched off. OLM keeps
+/// the configuration it declares itself, and gets no disruption webhook.
 fn register_webhook(
     client: &Client,
     cfg: &RunConfig,
     stacks: Store<DynamicObject>,
     ca_bundle: watch::Receiver<Option<String>>,
     caps: ServerCapabilities,
-) -> (Option<Coverage>, Option<JoinHandle<()>>) {
-    match &cfg.webhook.mode {
-        WebhookMode::SelfManaged { target } => {
-            let (coverage, feed) = Coverage::new();
-            let keep = webhook::registration::keep(Keeper {
-                client: client.clone(),
-                stacks,
-                ca_bundle,
-                target: target.clone(),
-                match_conditions: caps.webhook_match_conditions,
-                feed,
-            });
-            (Some(coverage), Some(tokio::spawn(keep)))
+) -> (WebhookCoverage, Vec<JoinHandle<()>>) {
+    let remove_disruptions = || {
+        tokio::spawn(registration::remove::<ValidatingWebhookConfiguration>(
+            client.clone(),
+        ))
+    };
+    let target = match &cfg.webhook.mode {
+        WebhookMode::SelfManaged { target } => target,
+        WebhookMode::External { .. } => return (WebhookCoverage::default(), Vec::new()),
+        WebhookMode::Off => {
+            let bind = registration::remove::<MutatingWebhookConfiguration>(client.clone());
+            let tasks = vec![tokio::spawn(bind), remove_disruptions()];
+            return (WebhookCoverage::default(), tasks);
         }
-        WebhookMode::Off => (
-            None,
-            Some(tokio::spawn(webhook::registration::remove(client.clone()))),
-        ),
-        WebhookMode::External { .. } => (None, None),
-    }
+    };
+    let keeper = |feed| Keeper {
+        client: client.clone(),
+        stacks: stacks.clone(),
+        ca_bundle: ca_bundle.clone(),
+        target: target.clone(),
+        match_conditions: caps.webhook_match_conditions,
+        feed,
+    };
+    let (bind, feed) = Coverage::new();
+    let keep_bind = registration::keep::<MutatingWebhookConfiguration>(keeper(feed));
+    let mut tasks = vec![tokio::spawn(keep_bind)];
+    let disruptions = if cfg.webhook.disruptions {
+        let (coverage, feed) = Coverage::new();
+        let keep = registration::keep::<ValidatingWebhookConfiguration>(keeper(feed));
+        tasks.push(tokio::spawn(keep));
+        Some(coverage)
+    } else {
+        tasks.push(remove_disruptions());
+        None
+    };
+    let coverage = WebhookCoverage {
+        bind: Some(bind),
+        disruptions,
+    };
+    (coverage, tasks)
 }
 
 /// Why a term of leadership ended.

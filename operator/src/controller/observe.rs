@@ -56,6 +56,9 @@ pub struct Snapshot {
     /// The stack's StatefulSets (this stack's controller owner), typed and stripped, by
     /// name: what the zone-by-zone rollout reads.
     pub statefulsets: Vec<Arc<StatefulSet>>,
+    /// The zone-disruption webhook decides the evictions of this stack's ingesters (set
+    /// by the reconciler from the webhook's coverage, not from a cache).
+    pub disruptions_by_zone: bool,
 }
 
 /// What the cache says of one existing child.
@@ -134,6 +137,7 @@ impl Snapshot {
             pod_nodes,
             children,
             statefulsets,
+            disruptions_by_zone: false,
         })
     }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use crate::api::LokiStack;
 use crate::conditions::Reason;
 use crate::controller::observe::Snapshot;
-use crate::defaults::{effective, EffectiveStack};
+use crate::defaults::{effective, Component, EffectiveStack};
 use crate::go_compat;
 use crate::kinds::ChildKind;
 use crate::names;
@@ -145,6 +145,9 @@ pub fn plan(
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
         eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();
     }
+    if snapshot.disruptions_by_zone {
+        eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
+    }
     let mut held = Vec::new();
     let action = if findings.hold_back().is_some() {
         Action::HoldBack
@@ -167,6 +170,22 @@ pub fn plan(
         action,
         held,
     })
+}
+
+/// The ingesters one zone may have down at once: `spec.replication.maxUnavailablePerZone`,
+/// else a whole zone's share (the spread keeps zones within one ingester of each other).
+/// Which zone they are in is the zone-disruption webhook's to decide.
+fn per_zone_disruptions(stack: &LokiStack, eff: &EffectiveStack, zone: Option<&ZoneCheck>) -> i32 {
+    let set = stack
+        .spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.max_unavailable_per_zone);
+    let replicas = eff.component(Component::Ingester).map_or(1, |c| c.replicas);
+    let zones = zone.map_or(1, |z| z.zones.len().max(1));
+    let zones = i32::try_from(zones).unwrap_or(i32::MAX);
+    let share = (replicas.max(1) + zones - 1) / zones;
+    set.unwrap_or(share).clamp(1, replicas.max(1))
 }
 
 fn zone_outage(findings: &Findings) -> bool {
@@ -263,6 +282,47 @@ mod tests {
             storage_class: Some(Arc::new(class)),
             ..Default::default()
         }
+    }
+
+    /// The ingester budget of the PDB rendered for a 3-zone stack with `ingesters`
+    /// replicas, with or without the zone-disruption webhook.
+    fn ingester_budget(ingesters: i32, per_zone: Option<i32>, webhook: bool) -> serde_json::Value {
+        let mut spec = zoned_spec(LokiStackSize::Small, 3, &[ZONE]);
+        spec.template =
+            serde_json::from_value(serde_json::json!({"ingester": {"replicas": ingesters}}))
+                .expect("template");
+        if let Some(r) = spec.replication.as_mut() {
+            r.max_unavailable_per_zone = per_zone;
+        }
+        let s = stack("s", spec);
+        let mut snap = snapshot_for(&s);
+        snap.nodes = ["a", "b", "c"]
+            .iter()
+            .map(|z| Arc::new(node(z, &[(ZONE, z)])))
+            .collect();
+        snap.disruptions_by_zone = webhook;
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let Action::Apply { children, .. } = &p.action else {
+            panic!("applied");
+        };
+        let pdb = children
+            .iter()
+            .find(|c| {
+                ChildKind::of(c) == ChildKind::PodDisruptionBudget && c.name() == "s-ingester"
+            })
+            .expect("ingester PDB");
+        pdb.to_json().expect("json")["spec"]["maxUnavailable"].clone()
+    }
+
+    /// The webhook keeps evictions in one zone, so the budget may allow a zone's share;
+    /// without it, one ingester at a time is what keeps a drain inside one zone.
+    #[test]
+    fn the_ingester_budget_is_a_zone_s_share_only_when_the_webhook_decides() {
+        assert_eq!(ingester_budget(6, None, false), 1);
+        assert_eq!(ingester_budget(6, None, true), 2);
+        assert_eq!(ingester_budget(7, None, true), 3);
+        assert_eq!(ingester_budget(6, Some(1), true), 1);
+        assert_eq!(ingester_budget(6, Some(50), true), 6);
     }
 
     #[test]

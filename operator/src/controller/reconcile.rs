@@ -30,8 +30,8 @@ use crate::controller::report;
 use crate::controller::rollout;
 use crate::controller::stacks;
 use crate::controller::status::{self, Outcome};
+use crate::controller::WebhookCoverage;
 use crate::render::{ServerCapabilities, Settings};
-use crate::webhook::registration::Coverage;
 
 /// How soon a failed reconcile runs again.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
@@ -53,7 +53,7 @@ pub struct Context {
     pub resync: Duration,
     /// The namespaces the zone-at-bind webhook covers; `None` when the operator does not
     /// register it (switched off, or OLM's).
-    pub webhook_coverage: Option<Coverage>,
+    pub webhook_coverage: WebhookCoverage,
 }
 
 /// The step that failed, and why.
@@ -130,6 +130,7 @@ pub async fn reconcile(
 async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, bool), ReconcileError> {
     let mut snapshot = Snapshot::take(&ctx.caches, stack)?;
     snapshot.storage_ca_keys = storage_ca_keys(&ctx.client, stack, &snapshot.namespace).await?;
+    snapshot.disruptions_by_zone = disruptions_by_zone(ctx, stack, &snapshot.namespace).await;
     let plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
     let applied = apply(ctx, &snapshot, &plan).await;
     let outcome = match &applied {
@@ -240,11 +241,27 @@ async fn apply(
 /// wait ends at once when covered, and gives up after a few seconds: the annotator zones
 /// what the webhook does not.
 async fn wait_for_webhook(ctx: &Context, snapshot: &Snapshot, plan: &Plan) {
-    let (Some(coverage), true) = (&ctx.webhook_coverage, plan.eff.zone_aware()) else {
+    let (Some(coverage), true) = (&ctx.webhook_coverage.bind, plan.eff.zone_aware()) else {
         return;
     };
     if !coverage.wait_for(&snapshot.namespace).await {
         warn!(namespace = %snapshot.namespace, "the zone-at-bind webhook does not cover this namespace yet; applying anyway, the annotator zones the pods");
+    }
+}
+
+/// Whether the zone-disruption webhook decides the evictions of this zone-aware stack's
+/// ingesters, so their PodDisruptionBudget can allow a whole zone. The first reconcile
+/// of a new stack waits (briefly) for the configuration to cover its namespace; until it
+/// does, the budget stays at one ingester.
+async fn disruptions_by_zone(ctx: &Context, stack: &LokiStack, namespace: &str) -> bool {
+    let zone_aware = stack
+        .spec
+        .replication
+        .as_ref()
+        .is_some_and(|r| !r.zones.is_empty());
+    match (&ctx.webhook_coverage.disruptions, zone_aware) {
+        (Some(coverage), true) => coverage.wait_for(namespace).await,
+        _ => false,
     }
 }
 

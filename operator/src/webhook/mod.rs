@@ -7,9 +7,15 @@
 //! stays the fallback for every pod the webhook could not zone: it then finds the zone
 //! already set and does nothing. `docs/zone-aware-replication.md` gives the design and
 //! its failure modes.
+//!
+//! The same server answers `pods/eviction` for the ingesters of zone-aware stacks
+//! ([`eviction`]): one zone may be disrupted at a time. That webhook fails closed, and
+//! only the leader decides, so two replicas never allow two zones at once.
 
 pub mod binding;
 pub mod certs;
+pub mod disruptions;
+pub mod eviction;
 pub mod registration;
 pub mod serve;
 pub mod tls;
@@ -35,6 +41,9 @@ pub enum WebhookMode {
 #[derive(Clone, Debug)]
 pub struct WebhookConfig {
     pub mode: WebhookMode,
+    /// Serve and register the zone-disruption (pods/eviction) webhook too; only with
+    /// [`WebhookMode::SelfManaged`].
+    pub disruptions: bool,
     pub addr: SocketAddr,
     /// The operator's own namespace: where the certificate Secret lives.
     pub namespace: String,

@@ -1,6 +1,8 @@
-//! The MutatingWebhookConfiguration, kept by the leader (installs without OLM).
+//! The webhook configurations, kept by the leader (installs without OLM): the
+//! MutatingWebhookConfiguration of the zone-at-bind webhook and the
+//! ValidatingWebhookConfiguration of the zone-disruption webhook.
 //!
-//! It is narrow on purpose: only `pods/binding` CREATE, only in namespaces that hold a
+//! The zone-at-bind one is narrow on purpose: only `pods/binding` CREATE, only in namespaces that hold a
 //! zone-aware stack (so a cluster without one sends the webhook nothing), and on servers
 //! with `matchConditions` only for the stacks' pod names. It can never block scheduling:
 //! `failurePolicy: Ignore`, a 2 s timeout, no side effects.
@@ -12,21 +14,29 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
-    ServiceReference, WebhookClientConfig,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use k8s_openapi::ByteString;
+use k8s_openapi::ClusterResourceScope;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
 use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
 use crate::controller::stacks::is_zone_aware;
+use crate::defaults::Component;
 use crate::names;
 
 /// The API server gives up on the webhook after this long and binds the pod anyway.
 pub const TIMEOUT_SECONDS: i32 = 2;
+/// The API server gives up on the disruption webhook after this long and refuses the
+/// eviction (`kubectl drain` retries it).
+pub const DISRUPTION_TIMEOUT_SECONDS: i32 = 5;
 /// How often the leader compares the configuration with the stacks it has (a reconcile
 /// that needs its namespace covered wakes it at once, see [`Coverage`]).
 const EVERY: Duration = Duration::from_secs(2);
@@ -123,7 +133,7 @@ impl ClientTarget {
         }
     }
 
-    fn client_config(&self, ca_bundle: &str) -> WebhookClientConfig {
+    fn client_config(&self, ca_bundle: &str, path: &str) -> WebhookClientConfig {
         let ca_bundle = Some(ByteString(ca_bundle.as_bytes().to_vec()));
         match self {
             ClientTarget::Service { namespace, name } => WebhookClientConfig {
@@ -131,7 +141,7 @@ impl ClientTarget {
                 service: Some(ServiceReference {
                     namespace: namespace.clone(),
                     name: name.clone(),
-                    path: Some(names::WEBHOOK_PATH_ZONE_AT_BIND.into()),
+                    path: Some(path.into()),
                     port: Some(names::WEBHOOK_SERVICE_PORT),
                 }),
                 url: None,
@@ -139,11 +149,7 @@ impl ClientTarget {
             ClientTarget::Url(base) => WebhookClientConfig {
                 ca_bundle,
                 service: None,
-                url: Some(format!(
-                    "{}{}",
-                    base.trim_end_matches('/'),
-                    names::WEBHOOK_PATH_ZONE_AT_BIND
-                )),
+                url: Some(format!("{}{path}", base.trim_end_matches('/'))),
             },
         }
     }
@@ -182,39 +188,67 @@ pub fn match_expression(stacks: &[StackName]) -> String {
         .join(" || ")
 }
 
-/// The whole configuration, a pure function of where the webhook is, the CA to trust,
-/// the zone-aware stacks and whether the server takes `matchConditions` (1.30+).
+/// CEL over an Eviction (its request names the pod): true only for the ingesters of the
+/// zone-aware stacks, `<stack>-ingester-<ordinal>` in the stack's namespace.
+pub fn ingester_expression(stacks: &[StackName]) -> String {
+    stacks
+        .iter()
+        .map(|s| {
+            format!(
+                "(request.namespace == '{}' && request.name.matches('^{}-[0-9]+$'))",
+                s.namespace,
+                Component::Ingester.workload_name(&s.name)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" || ")
+}
+
+/// Only the namespaces that hold a zone-aware stack (by the name label every namespace
+/// carries from 1.21).
+fn namespace_selector(stacks: &[StackName]) -> LabelSelector {
+    let namespaces: BTreeSet<&str> = stacks.iter().map(|s| s.namespace.as_str()).collect();
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: names::LABEL_NAMESPACE_NAME.into(),
+            operator: "In".into(),
+            values: Some(namespaces.iter().map(|n| n.to_string()).collect()),
+        }]),
+        match_labels: None,
+    }
+}
+
+fn metadata(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        labels: Some(BTreeMap::from([(
+            names::LABEL_MANAGED_BY.to_string(),
+            names::CONTROLLER_NAME.to_string(),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// The whole zone-at-bind configuration, a pure function of where the webhook is, the
+/// CA to trust, the zone-aware stacks and whether the server takes `matchConditions`
+/// (1.30+).
 pub fn configuration(
     target: &ClientTarget,
     ca_bundle: &str,
     stacks: &[StackName],
     match_conditions: bool,
 ) -> MutatingWebhookConfiguration {
-    let namespaces: BTreeSet<&str> = stacks.iter().map(|s| s.namespace.as_str()).collect();
     let webhook = MutatingWebhook {
         name: names::WEBHOOK_ZONE_AT_BIND.into(),
         admission_review_versions: vec!["v1".into()],
-        client_config: target.client_config(ca_bundle),
+        client_config: target.client_config(ca_bundle, names::WEBHOOK_PATH_ZONE_AT_BIND),
         failure_policy: Some("Ignore".into()),
         side_effects: "None".into(),
         timeout_seconds: Some(TIMEOUT_SECONDS),
         match_policy: Some("Equivalent".into()),
         reinvocation_policy: Some("Never".into()),
-        rules: Some(vec![RuleWithOperations {
-            api_groups: Some(vec!["".into()]),
-            api_versions: Some(vec!["v1".into()]),
-            operations: Some(vec!["CREATE".into()]),
-            resources: Some(vec!["pods/binding".into()]),
-            scope: Some("Namespaced".into()),
-        }]),
-        namespace_selector: Some(LabelSelector {
-            match_expressions: Some(vec![LabelSelectorRequirement {
-                key: names::LABEL_NAMESPACE_NAME.into(),
-                operator: "In".into(),
-                values: Some(namespaces.iter().map(|n| n.to_string()).collect()),
-            }]),
-            match_labels: None,
-        }),
+        rules: Some(vec![rule("pods/binding")]),
+        namespace_selector: Some(namespace_selector(stacks)),
         match_conditions: match_conditions.then(|| {
             vec![MatchCondition {
                 name: "zone-aware-stack-pods".into(),
@@ -224,15 +258,54 @@ pub fn configuration(
         object_selector: None,
     };
     MutatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(names::WEBHOOK_CONFIGURATION.into()),
-            labels: Some(BTreeMap::from([(
-                names::LABEL_MANAGED_BY.to_string(),
-                names::CONTROLLER_NAME.to_string(),
-            )])),
-            ..Default::default()
-        },
+        metadata: metadata(names::WEBHOOK_CONFIGURATION),
         // No zone-aware stack: no webhook at all, so the API server calls nothing.
+        webhooks: (!stacks.is_empty()).then(|| vec![webhook]),
+    }
+}
+
+fn rule(resource: &str) -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(vec!["".into()]),
+        api_versions: Some(vec!["v1".into()]),
+        operations: Some(vec!["CREATE".into()]),
+        resources: Some(vec![resource.into()]),
+        scope: Some("Namespaced".into()),
+    }
+}
+
+/// The zone-disruption configuration: `pods/eviction` of the zone-aware stacks'
+/// ingesters. It fails closed (`failurePolicy: Fail`): while the operator cannot answer,
+/// those evictions are refused rather than let a second zone go. On servers without
+/// `matchConditions` it is scoped to the namespaces only, so there every eviction in
+/// them reaches the webhook (which allows whatever is not an ingester).
+pub fn disruption_configuration(
+    target: &ClientTarget,
+    ca_bundle: &str,
+    stacks: &[StackName],
+    match_conditions: bool,
+) -> ValidatingWebhookConfiguration {
+    let webhook = ValidatingWebhook {
+        name: names::WEBHOOK_ZONE_DISRUPTIONS.into(),
+        admission_review_versions: vec!["v1".into()],
+        client_config: target.client_config(ca_bundle, names::WEBHOOK_PATH_ZONE_DISRUPTIONS),
+        failure_policy: Some("Fail".into()),
+        // Decisions live in the leader's memory only; a dry run records none.
+        side_effects: "None".into(),
+        timeout_seconds: Some(DISRUPTION_TIMEOUT_SECONDS),
+        match_policy: Some("Equivalent".into()),
+        rules: Some(vec![rule("pods/eviction")]),
+        namespace_selector: Some(namespace_selector(stacks)),
+        match_conditions: match_conditions.then(|| {
+            vec![MatchCondition {
+                name: "zone-aware-stack-ingesters".into(),
+                expression: ingester_expression(stacks),
+            }]
+        }),
+        object_selector: None,
+    };
+    ValidatingWebhookConfiguration {
+        metadata: metadata(names::WEBHOOK_DISRUPTION_CONFIGURATION),
         webhooks: (!stacks.is_empty()).then(|| vec![webhook]),
     }
 }
@@ -252,7 +325,96 @@ pub fn zone_aware_stacks(stacks: &Store<kube::api::DynamicObject>) -> Vec<StackN
     v
 }
 
-/// What the leader needs to keep the configuration.
+/// The parts of one webhook the operator sets, as the server returns them: what is
+/// compared to tell whether someone else changed the configuration, and which
+/// namespaces it covers.
+#[derive(Serialize)]
+pub struct Parts<'a> {
+    name: &'a str,
+    client_config: &'a WebhookClientConfig,
+    namespace_selector: Option<&'a LabelSelector>,
+    rules: Option<&'a Vec<RuleWithOperations>>,
+    failure_policy: Option<&'a String>,
+    timeout_seconds: Option<i32>,
+    match_conditions: Option<&'a Vec<MatchCondition>>,
+}
+
+/// The [`Parts`] of either kind of webhook (their types differ, their fields do not).
+macro_rules! parts {
+    ($webhooks:expr) => {
+        $webhooks
+            .iter()
+            .flatten()
+            .map(|w| Parts {
+                name: &w.name,
+                client_config: &w.client_config,
+                namespace_selector: w.namespace_selector.as_ref(),
+                rules: w.rules.as_ref(),
+                failure_policy: w.failure_policy.as_ref(),
+                timeout_seconds: w.timeout_seconds,
+                match_conditions: w.match_conditions.as_ref(),
+            })
+            .collect()
+    };
+}
+
+/// A webhook configuration the leader keeps ([`keep`]) or removes ([`remove`]).
+pub trait Registered:
+    kube::Resource<DynamicType = (), Scope = ClusterResourceScope>
+    + Clone
+    + Debug
+    + PartialEq
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    const NAME: &'static str;
+    /// For log lines: "zone-at-bind", "zone-disruption".
+    const WHAT: &'static str;
+    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName], mc: bool) -> Self;
+    fn parts(&self) -> Vec<Parts<'_>>;
+}
+
+impl Registered for MutatingWebhookConfiguration {
+    const NAME: &'static str = names::WEBHOOK_CONFIGURATION;
+    const WHAT: &'static str = "zone-at-bind";
+    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName], mc: bool) -> Self {
+        configuration(target, bundle, stacks, mc)
+    }
+    fn parts(&self) -> Vec<Parts<'_>> {
+        parts!(self.webhooks)
+    }
+}
+
+impl Registered for ValidatingWebhookConfiguration {
+    const NAME: &'static str = names::WEBHOOK_DISRUPTION_CONFIGURATION;
+    const WHAT: &'static str = "zone-disruption";
+    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName], mc: bool) -> Self {
+        disruption_configuration(target, bundle, stacks, mc)
+    }
+    fn parts(&self) -> Vec<Parts<'_>> {
+        parts!(self.webhooks)
+    }
+}
+
+fn owned_parts<C: Registered>(c: &C) -> Option<serde_json::Value> {
+    serde_json::to_value(c.parts()).ok()
+}
+
+/// The namespaces a configuration sends to the webhook.
+fn covered_by<C: Registered>(c: &C) -> BTreeSet<String> {
+    c.parts()
+        .iter()
+        .filter_map(|w| w.namespace_selector?.match_expressions.as_ref())
+        .flatten()
+        .filter(|e| e.key == names::LABEL_NAMESPACE_NAME && e.operator == "In")
+        .flat_map(|e| e.values.iter().flatten().cloned())
+        .collect()
+}
+
+/// What the leader needs to keep a configuration.
 pub struct Keeper {
     pub client: Client,
     pub stacks: Store<kube::api::DynamicObject>,
@@ -262,56 +424,25 @@ pub struct Keeper {
     pub feed: CoverageFeed,
 }
 
-/// The parts of a webhook the operator sets, as the server returns them: what is
-/// compared to tell whether someone else changed the configuration.
-fn owned_parts(c: &MutatingWebhookConfiguration) -> Vec<serde_json::Value> {
-    c.webhooks
-        .iter()
-        .flatten()
-        .map(|w| {
-            serde_json::json!([
-                w.name,
-                w.client_config,
-                w.namespace_selector,
-                w.rules,
-                w.failure_policy,
-                w.timeout_seconds,
-                w.match_conditions
-            ])
-        })
-        .collect()
-}
-
-/// The namespaces a configuration sends to the webhook.
-fn covered_by(c: &MutatingWebhookConfiguration) -> BTreeSet<String> {
-    c.webhooks
-        .iter()
-        .flatten()
-        .filter_map(|w| w.namespace_selector.as_ref()?.match_expressions.as_ref())
-        .flatten()
-        .filter(|e| e.key == names::LABEL_NAMESPACE_NAME && e.operator == "In")
-        .flat_map(|e| e.values.iter().flatten().cloned())
-        .collect()
-}
-
-/// Keeps the configuration equal to [`configuration`] while this replica leads: applies
-/// it at the start of the term, whenever the stacks or the CA bundle change, and when a
-/// read-back finds it changed by someone else; writes nothing otherwise. Runs until its
-/// term's task is aborted.
-pub async fn keep(mut k: Keeper) {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(k.client.clone());
+/// Keeps the configuration `C` equal to [`Registered::want`] while this replica leads:
+/// applies it at the start of the term, whenever the stacks or the CA bundle change, and
+/// when a read-back finds it changed by someone else; writes nothing otherwise. Runs
+/// until its term's task is aborted.
+pub async fn keep<C: Registered>(mut k: Keeper) {
+    let api: Api<C> = Api::all(k.client.clone());
     let params = PatchParams::apply(names::FIELD_MANAGER).force();
-    let mut applied: Option<MutatingWebhookConfiguration> = None;
+    let mut applied: Option<C> = None;
     let mut checked = Instant::now();
     // Until the stacks are listed the configuration would cover no namespace: applying it
-    // then would send a new leader's first bindings past the webhook.
+    // then would send a new leader's first bindings past the webhook (and, for the
+    // disruption webhook, drop its guard for a moment).
     if !crate::controller::caches::synced("stacks (webhook configuration)", &k.stacks).await {
         return;
     }
     loop {
         let bundle = k.ca_bundle.borrow_and_update().clone();
         if let Some(bundle) = bundle {
-            let want = configuration(
+            let want = C::want(
                 &k.target,
                 &bundle,
                 &zone_aware_stacks(&k.stacks),
@@ -319,27 +450,27 @@ pub async fn keep(mut k: Keeper) {
             );
             if applied.is_some() && checked.elapsed() >= REPAIR_EVERY {
                 checked = Instant::now();
-                if let Ok(live) = api.get_opt(names::WEBHOOK_CONFIGURATION).await {
-                    if live.as_ref().map(owned_parts) != Some(owned_parts(&want)) {
-                        warn!("the zone-at-bind webhook configuration was changed by someone else; applying it again");
+                if let Ok(live) = api.get_opt(C::NAME).await {
+                    if live.as_ref().and_then(owned_parts) != owned_parts(&want) {
+                        warn!(
+                            "the {} webhook configuration was changed by someone else; applying it again",
+                            C::WHAT
+                        );
                         applied = None;
                     }
                 }
             }
             if applied.as_ref() != Some(&want) {
-                match api
-                    .patch(names::WEBHOOK_CONFIGURATION, &params, &Patch::Apply(&want))
-                    .await
-                {
+                match api.patch(C::NAME, &params, &Patch::Apply(&want)).await {
                     Ok(_) => {
                         let covered = covered_by(&want);
-                        info!(namespaces = ?covered, "zone-at-bind webhook configuration applied");
+                        info!(namespaces = ?covered, "{} webhook configuration applied", C::WHAT);
                         k.feed.applied(covered);
                         applied = Some(want);
                     }
                     Err(e) => {
                         k.feed.failed();
-                        warn!(error = %e, "cannot apply the zone-at-bind webhook configuration; pods get their zone from the annotator meanwhile");
+                        warn!(error = %e, "cannot apply the {} webhook configuration", C::WHAT);
                     }
                 }
             }
@@ -352,26 +483,23 @@ pub async fn keep(mut k: Keeper) {
     }
 }
 
-/// With the webhook switched off: removes the configuration this operator registered (and
+/// With a webhook switched off: removes the configuration this operator registered (and
 /// nothing of the same name it did not), so the API server stops calling a server that
 /// is not there.
-pub async fn remove(client: Client) {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client);
-    match api.get_opt(names::WEBHOOK_CONFIGURATION).await {
+pub async fn remove<C: Registered>(client: Client) {
+    let api: Api<C> = Api::all(client);
+    match api.get_opt(C::NAME).await {
         Ok(Some(c))
             if c.labels().get(names::LABEL_MANAGED_BY).map(String::as_str)
                 == Some(names::CONTROLLER_NAME) =>
         {
-            match api
-                .delete(names::WEBHOOK_CONFIGURATION, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => info!("zone-at-bind webhook is off: its configuration was removed"),
-                Err(e) => warn!(error = %e, "cannot remove the zone-at-bind webhook configuration"),
+            match api.delete(C::NAME, &DeleteParams::default()).await {
+                Ok(_) => info!("{} webhook is off: its configuration was removed", C::WHAT),
+                Err(e) => warn!(error = %e, "cannot remove the {} webhook configuration", C::WHAT),
             }
         }
         Ok(_) => {}
-        Err(e) => warn!(error = %e, "cannot read the zone-at-bind webhook configuration"),
+        Err(e) => warn!(error = %e, "cannot read the {} webhook configuration", C::WHAT),
     }
 }
 
@@ -453,6 +581,65 @@ mod tests {
             Some("https://127.0.0.1:9443/zone-at-bind")
         );
         assert!(configuration(&target, "PEM", &[], true).webhooks.is_none());
+    }
+
+    /// The disruption webhook fails closed, so it must reach nothing but the ingesters
+    /// of zone-aware stacks (namespaces everywhere; pod names where the server can).
+    #[test]
+    fn the_disruption_webhook_fails_closed_on_ingester_evictions_only() {
+        let target = ClientTarget::Url("https://127.0.0.1:9443".into());
+        let c = disruption_configuration(&target, "PEM", &stacks(), true);
+        assert_eq!(
+            c.metadata.name.as_deref(),
+            Some(names::WEBHOOK_DISRUPTION_CONFIGURATION)
+        );
+        let w = &c.webhooks.as_ref().expect("one webhook")[0];
+        assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(w.timeout_seconds, Some(DISRUPTION_TIMEOUT_SECONDS));
+        let rule = &w.rules.as_ref().expect("rules")[0];
+        assert_eq!(
+            rule.resources.as_deref(),
+            Some(&["pods/eviction".to_string()][..])
+        );
+        assert_eq!(
+            w.client_config.url.as_deref(),
+            Some("https://127.0.0.1:9443/zone-disruptions")
+        );
+        assert_eq!(
+            covered_by(&c),
+            BTreeSet::from(["logs".to_string(), "team".to_string()])
+        );
+        let cond = &w.match_conditions.as_ref().expect("conditions")[0];
+        assert_eq!(
+            cond.expression,
+            "(request.namespace == 'logs' && request.name.matches('^a-ingester-[0-9]+$')) || (request.namespace == 'logs' && request.name.matches('^b-ingester-[0-9]+$')) || (request.namespace == 'team' && request.name.matches('^c-ingester-[0-9]+$'))"
+        );
+        assert!(disruption_configuration(&target, "PEM", &stacks(), false)
+            .webhooks
+            .expect("one")[0]
+            .match_conditions
+            .is_none());
+        assert!(disruption_configuration(&target, "PEM", &[], true)
+            .webhooks
+            .is_none());
+    }
+
+    /// What the keeper compares with the live object: a change by someone else to any
+    /// part the operator sets is seen, for both kinds.
+    #[test]
+    fn owned_parts_see_edits_by_others() {
+        let target = ClientTarget::Url("https://127.0.0.1:9443".into());
+        let want = disruption_configuration(&target, "PEM", &stacks(), false);
+        let mut live = want.clone();
+        assert_eq!(owned_parts(&live), owned_parts(&want));
+        live.webhooks.as_mut().expect("webhooks")[0].failure_policy = Some("Ignore".into());
+        assert_ne!(owned_parts(&live), owned_parts(&want));
+        let want = configuration(&target, "PEM", &stacks(), false);
+        let mut live = want.clone();
+        live.webhooks.as_mut().expect("webhooks")[0]
+            .client_config
+            .ca_bundle = None;
+        assert_ne!(owned_parts(&live), owned_parts(&want));
     }
 
     /// A reconcile waits for its namespace only while the configuration can be applied.

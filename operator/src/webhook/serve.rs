@@ -1,9 +1,10 @@
 //! The webhook at run time, in every replica: its caches, its certificate, and the HTTPS
-//! handler that answers `pods/binding` reviews.
+//! handlers that answer `pods/binding` reviews (and `pods/eviction` ones, in
+//! [`disruptions`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
@@ -14,7 +15,7 @@ use axum::routing::post;
 use axum::Router;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Binding, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Binding, Node, PersistentVolume, Pod, Secret};
 use kube::api::DynamicObject;
 use kube::api::{Api, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
@@ -27,6 +28,8 @@ use tracing::{debug, info, warn};
 
 use super::binding::{self, BindDecision};
 use super::certs::{self, CertAction, Certs, LIFETIMES};
+use super::disruptions;
+use super::eviction::Grants;
 use super::tls::{self, CertSlot};
 use super::{WebhookConfig, WebhookMode};
 use crate::controller::caches::{self, synced};
@@ -50,18 +53,47 @@ pub struct Served {
     /// The CA bundle the configuration must carry (self-managed certificates only).
     pub ca_bundle: watch::Receiver<Option<String>>,
     pub tasks: Vec<JoinHandle<()>>,
+    /// Set by the leader for its term: the zone-disruption webhook decides only there.
+    pub leader: LeaderView,
+}
+
+/// What only the leader holds, for the zone-disruption webhook: its term's volume cache
+/// (the zone of an ingester that cannot schedule is the zone of its volumes) and whether
+/// that cache is synced. Only the leader decides evictions, from one memory of the
+/// evictions it allowed, so two replicas never allow two zones at once.
+#[derive(Clone, Default)]
+pub struct LeaderView(Arc<RwLock<Option<(Store<PersistentVolume>, Arc<AtomicBool>)>>>);
+
+impl LeaderView {
+    pub fn lead(&self, volumes: Store<PersistentVolume>, synced: Arc<AtomicBool>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some((volumes, synced));
+    }
+
+    pub fn step_down(&self) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The volume cache, while this replica leads and its caches are synced.
+    pub(super) fn volumes(&self) -> Option<Store<PersistentVolume>> {
+        let held = self.0.read().unwrap_or_else(|e| e.into_inner());
+        held.as_ref()
+            .filter(|(_, synced)| synced.load(Ordering::Relaxed))
+            .map(|(v, _)| v.clone())
+    }
 }
 
 #[derive(Clone)]
-struct Hook {
-    pods: Store<Pod>,
-    nodes: Store<Node>,
+pub(super) struct Hook {
+    pub(super) pods: Store<Pod>,
+    pub(super) nodes: Store<Node>,
     /// Which namespaces hold a zone-aware stack: a pod the pod cache lacks is read from
     /// the API server only there (with OLM's AllNamespaces install every binding of the
     /// cluster reaches the webhook).
-    stacks: Store<DynamicObject>,
+    pub(super) stacks: Store<DynamicObject>,
     client: Client,
-    metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<Metrics>,
+    pub(super) leader: LeaderView,
+    pub(super) grants: Arc<Grants>,
 }
 
 /// Binds the webhook port (an error here is the operator's to report at start) and starts
@@ -81,19 +113,26 @@ pub async fn start(
             ready,
             ca_bundle,
             tasks: Vec::new(),
+            leader: LeaderView::default(),
         });
     };
     let listener = tokio::net::TcpListener::bind(cfg.addr).await?;
     let (hook, mut tasks) = caches_for(client, scope, metrics);
+    let leader = hook.leader.clone();
     tasks.push(tokio::spawn(mark_ready(
         hook.nodes.clone(),
         hook.pods.clone(),
         slot.clone(),
         ready.clone(),
     )));
-    let router = Router::new()
-        .route(names::WEBHOOK_PATH_ZONE_AT_BIND, post(zone_at_bind))
-        .with_state(hook);
+    let mut router = Router::new().route(names::WEBHOOK_PATH_ZONE_AT_BIND, post(zone_at_bind));
+    if cfg.disruptions {
+        router = router.route(
+            names::WEBHOOK_PATH_ZONE_DISRUPTIONS,
+            post(disruptions::zone_disruptions),
+        );
+    }
+    let router = router.with_state(hook);
     tasks.push(tokio::spawn(certs));
     tasks.push(tokio::spawn(async move {
         if let Err(e) = tls::serve(listener, slot, router).await {
@@ -105,6 +144,7 @@ pub async fn start(
         ready,
         ca_bundle,
         tasks,
+        leader,
     })
 }
 
@@ -168,6 +208,8 @@ fn caches_for(
         stacks,
         client: client.clone(),
         metrics,
+        leader: LeaderView::default(),
+        grants: Arc::new(Grants::default()),
     };
     (hook, vec![node_task, pod_task, stack_task])
 }
@@ -187,30 +229,40 @@ async fn mark_ready(
     ready.store(true, Ordering::Relaxed);
 }
 
-async fn zone_at_bind(State(hook): State<Hook>, body: Bytes) -> Response {
-    let started = Instant::now();
-    let review: AdmissionReview<Binding> = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                format!("not an AdmissionReview: {e}"),
-            )
-                .into_response()
-        }
-    };
-    let request: Result<AdmissionRequest<Binding>, _> = review.try_into();
-    let response = match request {
-        Ok(req) => hook.answer(&req).await,
-        Err(e) => AdmissionResponse::invalid(e),
-    };
-    hook.metrics
-        .webhook_duration
-        .observe(started.elapsed().as_secs_f64());
+/// The request of an AdmissionReview, or the response for a body that is not one.
+pub(super) fn request<T>(body: &[u8]) -> Result<AdmissionRequest<T>, Response>
+where
+    T: kube::Resource + serde::de::DeserializeOwned,
+{
+    let review: AdmissionReview<T> = serde_json::from_slice(body).map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("not an AdmissionReview: {e}"),
+        )
+            .into_response()
+    })?;
+    review
+        .try_into()
+        .map_err(|e| reply(AdmissionResponse::invalid(e)))
+}
+
+pub(super) fn reply(response: AdmissionResponse) -> Response {
     match serde_json::to_vec(&response.into_review()) {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+async fn zone_at_bind(State(hook): State<Hook>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let response = match request::<Binding>(&body) {
+        Ok(req) => hook.answer(&req).await,
+        Err(r) => return r,
+    };
+    hook.metrics
+        .webhook_duration
+        .observe(started.elapsed().as_secs_f64());
+    reply(response)
 }
 
 impl Hook {

@@ -1,0 +1,198 @@
+//! The zone-disruption webhook at run time: gathers what [`eviction::decide`] needs for
+//! one `pods/eviction` review from the webhook's caches (and, for the zone of an
+//! ingester that cannot schedule, the leader's volume cache) and answers it.
+//!
+//! A refusal carries HTTP 429, as a PodDisruptionBudget's does, so `kubectl drain` and
+//! the cluster autoscaler wait and retry instead of giving up.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::Response;
+use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::ResourceExt;
+use tracing::{debug, info};
+
+use super::eviction::{Ingester, Review, Verdict};
+use super::serve::{reply, request, Hook};
+use crate::controller::metrics::Metrics;
+use crate::controller::podzone::{node_name, pod_keys, pod_zone_annotation};
+use crate::controller::stacks;
+use crate::defaults::Component;
+use crate::names;
+use crate::zones::{node_lost, volume_zone, zone_of};
+
+const TOO_MANY_REQUESTS: u16 = 429;
+
+pub(super) async fn zone_disruptions(State(hook): State<Hook>, body: Bytes) -> Response {
+    let started = Instant::now();
+    let response = match request::<DynamicObject>(&body) {
+        Ok(req) => hook.evict(&req),
+        Err(r) => return r,
+    };
+    hook.metrics
+        .webhook_duration
+        .observe(started.elapsed().as_secs_f64());
+    reply(response)
+}
+
+/// A refusal the client retries (HTTP 429, like a PodDisruptionBudget's).
+fn refuse(req: &AdmissionRequest<DynamicObject>, message: String) -> AdmissionResponse {
+    let mut r = AdmissionResponse::from(req).deny(message);
+    r.result.code = TOO_MANY_REQUESTS;
+    r.result.reason = "TooManyRequests".into();
+    r
+}
+
+/// The stack and component labels of a pod.
+fn stack_and_component(pod: &Pod) -> Option<(&str, &str)> {
+    let labels = pod.metadata.labels.as_ref()?;
+    Some((
+        labels.get(names::LABEL_INSTANCE)?.as_str(),
+        labels.get(names::LABEL_COMPONENT)?.as_str(),
+    ))
+}
+
+impl Hook {
+    fn evict(&self, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let count = |result| Metrics::count(&self.metrics.webhook_evictions, result, 1);
+        let namespace = req.namespace.as_deref().unwrap_or_default();
+        let Some((pod, stack, max_per_zone)) = self.ingester(namespace, &req.name) else {
+            count("not_ours");
+            return AdmissionResponse::from(req);
+        };
+        let Some(volumes) = self.leader.volumes() else {
+            count("not_leader");
+            return refuse(req, format!("this replica of the operator is not the leader (or is still starting), and only the leader decides evictions of the ingesters of zone-aware stacks; retry in a few seconds (evicting pod {namespace}/{})", req.name));
+        };
+        let pods = self.stack_ingesters(namespace, &stack);
+        let Some(target) = pods.iter().position(|p| p.name_any() == req.name) else {
+            count("not_ours");
+            return AdmissionResponse::from(req);
+        };
+        let ingesters: Vec<Ingester<'_>> = pods
+            .iter()
+            .map(|p| self.ingester_view(p, &volumes))
+            .collect();
+        let review = Review {
+            namespace,
+            stack: &stack,
+            uid: pod.metadata.uid.as_deref().unwrap_or_default(),
+            target,
+            max_per_zone,
+            dry_run: req.dry_run,
+        };
+        let verdict = self.grants.decide_and_record(&review, ingesters);
+        match verdict {
+            Verdict::Allow { zone } => {
+                count("allowed");
+                info!(pod = %req.name, namespace, zone, dry_run = req.dry_run, "ingester eviction allowed");
+                AdmissionResponse::from(req)
+            }
+            Verdict::AlreadyDown => {
+                count("already_down");
+                AdmissionResponse::from(req)
+            }
+            Verdict::Deny(denial) => {
+                count("denied");
+                let message = denial.to_string();
+                info!(pod = %req.name, namespace, "ingester eviction refused: {message}");
+                refuse(req, message)
+            }
+        }
+    }
+
+    /// The pod, its stack and the stack's per-zone maximum, when `name` is an ingester
+    /// of a zone-aware stack; `None` for anything else.
+    fn ingester(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<(std::sync::Arc<Pod>, String, Option<usize>)> {
+        let pod = self.pods.get(&ObjectRef::new(name).within(namespace))?;
+        let (stack, component) = stack_and_component(&pod)?;
+        if component != Component::Ingester.name() {
+            return None;
+        }
+        let stack = stack.to_string();
+        let obj = self
+            .stacks
+            .get(&ObjectRef::new_with(&stack, stacks::resource()).within(namespace))?;
+        if !stacks::is_zone_aware(&obj) {
+            return None;
+        }
+        let max = obj
+            .data
+            .pointer("/spec/replication/maxUnavailablePerZone")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|m| usize::try_from(m.max(1)).ok());
+        Some((pod, stack, max))
+    }
+
+    /// The stack's ingesters from the webhook's cache of zone-aware pods, sorted by name.
+    fn stack_ingesters(&self, namespace: &str, stack: &str) -> Vec<std::sync::Arc<Pod>> {
+        let mut pods = self.pods.state_filter(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && stack_and_component(p) == Some((stack, Component::Ingester.name()))
+        });
+        pods.sort_by_key(|p| p.name_any());
+        pods
+    }
+
+    /// What the decision needs of one ingester: its zone from the pod, its node, or its
+    /// volumes, and whether its node is down.
+    fn ingester_view<'a>(&self, pod: &'a Pod, volumes: &Store<PersistentVolume>) -> Ingester<'a> {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let keys: Vec<String> = pod_keys(pod).into_iter().map(str::to_string).collect();
+        let node = node_name(pod).map(|n| self.nodes.get(&ObjectRef::new(n)));
+        let node_zone = || {
+            let node = node.clone().flatten()?;
+            zone_of(
+                node.metadata.labels.as_ref(),
+                keys.iter().map(String::as_str),
+            )
+            .ok()
+        };
+        let zone = pod_zone_annotation(pod)
+            .map(str::to_string)
+            .or_else(node_zone)
+            .or_else(|| volumes_zone(pod, name, volumes, &keys));
+        // A node gone from the cache is a node deleted: the pod goes with it.
+        let node_down = node.is_some_and(|n| n.is_none_or(|n| node_lost(&n)));
+        debug!(
+            pod = name,
+            ?zone,
+            node_down,
+            "ingester seen by the zone-disruption webhook"
+        );
+        Ingester {
+            pod,
+            name,
+            zone,
+            node_down,
+            eviction_allowed: false,
+        }
+    }
+}
+
+/// The zone the pod's volumes are pinned to: its claims are `<volume>-<pod>`, one per
+/// volume claim template of the ingester StatefulSet.
+fn volumes_zone(
+    pod: &Pod,
+    name: &str,
+    volumes: &Store<PersistentVolume>,
+    keys: &[String],
+) -> Option<String> {
+    let namespace = pod.metadata.namespace.as_deref()?;
+    let claims = [names::PVC_STORAGE, names::PVC_WAL].map(|v| format!("{v}-{name}"));
+    volumes.state().iter().find_map(|pv| {
+        let claim = pv.spec.as_ref()?.claim_ref.as_ref()?;
+        let ours = claim.namespace.as_deref() == Some(namespace)
+            && claim.name.as_ref().is_some_and(|c| claims.contains(c));
+        ours.then(|| volume_zone(pv, keys)).flatten()
+    })
+}
