@@ -49,6 +49,9 @@ mod rollout;
 use restart::api_server_restarts_never_stop_the_operator;
 use rollout::ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone;
 
+#[path = "e2e/scale_down.rs"]
+mod scale_down;
+use scale_down::ingesters_removed_by_a_scale_down_leave_the_ring_first;
 #[path = "e2e/webhook.rs"]
 mod webhook;
 use webhook::{
@@ -1481,6 +1484,7 @@ fn main() -> std::process::ExitCode {
         namespaced_mode_runs_only_the_watched_namespaces,
         ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone,
         evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass,
+        ingesters_removed_by_a_scale_down_leave_the_ring_first,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

@@ -91,6 +91,9 @@ pub const VOLUME_STORAGE_CA: &str = "storage-ca";
 pub const STORAGE_CA_MOUNT_DIR: &str = "/var/run/tls/storage/ca";
 pub const DATA_DIR: &str = "/tmp/loki";
 pub const WAL_DIR: &str = "/tmp/wal";
+/// Where the ingesters of a zone-aware stack keep their ring tokens across restarts: on
+/// their storage volume (mounted at [`DATA_DIR`]).
+pub const RING_TOKENS_FILE: &str = "/tmp/loki/ring-tokens";
 pub const PVC_STORAGE: &str = "storage";
 pub const PVC_WAL: &str = "wal";
 

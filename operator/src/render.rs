@@ -388,7 +388,7 @@ pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, Re
         .is_some_and(|s| s.version == ObjectStorageSchemaVersion::V13);
     let ctx = json!({
         "ports": {"http": names::PORT_HTTP, "grpc": names::PORT_GRPC, "gossip": names::PORT_GOSSIP},
-        "paths": {"data": names::DATA_DIR, "wal": names::WAL_DIR},
+        "paths": {"data": names::DATA_DIR, "wal": names::WAL_DIR, "ring_tokens": names::RING_TOKENS_FILE},
         "replication_factor": eff.replication_factor,
         "zone_expansion": eff.zone_aware().then(|| format!("${{{}}}", names::ENV_ZONE)),
         "storage": {"block": storage::config_block(st), "backend": st.as_str(), "fields": fields},

@@ -474,6 +474,42 @@ fn loki_config_is_zone_aware_exactly_when_zones_are_set() {
         .is_none());
 }
 
+/// Zone-aware ingesters keep their ring entry and tokens across restarts (on their
+/// storage volume), and can be told to leave for good; others keep Loki's defaults.
+#[test]
+fn zone_aware_ingesters_keep_their_place_in_the_ring() {
+    let zoned = stack(
+        "lokistack-dev",
+        zoned_spec(LokiStackSize::Small, 3, &[ZONE]),
+    );
+    let c = config_of(&zoned);
+    let lifecycler = &c["ingester"]["lifecycler"];
+    assert_eq!(lifecycler["tokens_file_path"], names::RING_TOKENS_FILE);
+    assert_eq!(lifecycler["unregister_on_shutdown"], Value::Bool(false));
+    assert_eq!(
+        lifecycler["readiness_check_ring_health"],
+        Value::Bool(false)
+    );
+    assert_eq!(c["ingester"]["shutdown_marker_path"], names::DATA_DIR);
+    let eff = effective(&zoned.spec);
+    let storage = eff
+        .component(Component::Ingester)
+        .expect("ingester")
+        .volumes
+        .iter()
+        .find(|v| v.name == names::PVC_STORAGE)
+        .expect("storage volume");
+    assert!(
+        names::RING_TOKENS_FILE.starts_with(&format!("{}/", storage.mount_path)),
+        "the tokens file must be on the ingester's volume"
+    );
+    let plain = config_of(&stack("lokistack-dev", stack_spec(LokiStackSize::Small)));
+    for key in ["tokens_file_path", "unregister_on_shutdown"] {
+        assert!(plain["ingester"]["lifecycler"].get(key).is_none(), "{key}");
+    }
+    assert!(plain["ingester"].get("shutdown_marker_path").is_none());
+}
+
 #[test]
 fn zone_values_stay_strings_after_env_expansion() {
     let zoned = stack(

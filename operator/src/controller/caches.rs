@@ -191,6 +191,8 @@ pub fn strip_pod(p: &mut Pod) {
         conditions: status
             .conditions
             .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
+        // Where a leaving ingester is asked to leave the ring (rollout/scale_down.rs).
+        pod_ip: status.pod_ip,
         ..Default::default()
     });
 }

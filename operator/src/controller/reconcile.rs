@@ -125,13 +125,14 @@ pub async fn reconcile(
     })
 }
 
-/// observe → plan → apply → rollout → status. Returns what the apply step did and
+/// observe → plan → (prepare a scale-down) → apply → rollout → status. Returns what the apply step did and
 /// whether a rollout is under way; a failed apply is an error once the status shows it.
 async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, bool), ReconcileError> {
     let mut snapshot = Snapshot::take(&ctx.caches, stack)?;
     snapshot.storage_ca_keys = storage_ca_keys(&ctx.client, stack, &snapshot.namespace).await?;
     snapshot.disruptions_by_zone = disruptions_by_zone(ctx, stack, &snapshot.namespace).await;
-    let plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
+    let mut plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
+    let scale_down_held = rollout::scale_down::step(ctx, stack, &snapshot, &mut plan).await;
     let applied = apply(ctx, &snapshot, &plan).await;
     let outcome = match &applied {
         Ok(None) => Outcome::HeldBack,
@@ -144,7 +145,7 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, bool), R
     let now = Timestamp::now();
     let recovered = recover(ctx, stack, &snapshot, &plan, now).await;
     let rollout = rollout::run::step(ctx, stack, &snapshot, &plan).await;
-    let rolling = rollout.is_some();
+    let rolling = rollout.is_some() || scale_down_held;
     let mut new = status::compute(stack, &snapshot, &plan, &outcome, &recovered, now);
     new.rollout = rollout;
     report::write_status(ctx, stack, &new).await?;

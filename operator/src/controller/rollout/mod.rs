@@ -12,8 +12,12 @@
 //! [`plan::plan`] decides purely from the snapshot; [`run::run`] deletes the pods it
 //! chose. The only pods ever deleted here are outdated pods the StatefulSet owns: the
 //! rollout itself, never the reaction to a failed check.
+//!
+//! [`scale_down`] asks the ingesters a scale-down removes to leave the ring before their
+//! StatefulSet shrinks (they keep their ring entry across restarts otherwise).
 
 pub mod plan;
 pub mod run;
+pub mod scale_down;
 
 pub use plan::{plan, Decision, Inputs, Victim};
