@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use crate::api::LokiStack;
 use crate::conditions::Reason;
+use crate::controller::caches::is_zone_aware;
 use crate::controller::observe::Snapshot;
 use crate::defaults::{effective, Component, EffectiveStack};
 use crate::go_compat;
@@ -145,7 +146,7 @@ pub fn plan(
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
         eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();
     }
-    if snapshot.disruptions_by_zone {
+    if snapshot.disruptions_by_zone && ingesters_zone_aware(snapshot) {
         eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
     }
     let mut held = Vec::new();
@@ -170,6 +171,23 @@ pub fn plan(
         action,
         held,
     })
+}
+
+/// Every ingester pod runs a zone-aware template. The zone-disruption webhook sees only
+/// zone-aware pods, so while zones are being turned on (old ingesters still running)
+/// the budget stays at one ingester.
+fn ingesters_zone_aware(snapshot: &Snapshot) -> bool {
+    snapshot
+        .pods
+        .iter()
+        .filter(|p| {
+            let labels = p.metadata.labels.as_ref();
+            labels
+                .and_then(|l| l.get(names::LABEL_COMPONENT))
+                .map(String::as_str)
+                == Some(Component::Ingester.name())
+        })
+        .all(|p| is_zone_aware(p))
 }
 
 /// The ingesters one zone may have down at once: `spec.replication.maxUnavailablePerZone`,
@@ -287,6 +305,15 @@ mod tests {
     /// The ingester budget of the PDB rendered for a 3-zone stack with `ingesters`
     /// replicas, with or without the zone-disruption webhook.
     fn ingester_budget(ingesters: i32, per_zone: Option<i32>, webhook: bool) -> serde_json::Value {
+        budget_with_pods(ingesters, per_zone, webhook, Vec::new())
+    }
+
+    fn budget_with_pods(
+        ingesters: i32,
+        per_zone: Option<i32>,
+        webhook: bool,
+        pods: Vec<k8s_openapi::api::core::v1::Pod>,
+    ) -> serde_json::Value {
         let mut spec = zoned_spec(LokiStackSize::Small, 3, &[ZONE]);
         spec.template =
             serde_json::from_value(serde_json::json!({"ingester": {"replicas": ingesters}}))
@@ -301,6 +328,7 @@ mod tests {
             .map(|z| Arc::new(node(z, &[(ZONE, z)])))
             .collect();
         snap.disruptions_by_zone = webhook;
+        snap.pods = pods.into_iter().map(Arc::new).collect();
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
         let Action::Apply { children, .. } = &p.action else {
             panic!("applied");
@@ -323,6 +351,20 @@ mod tests {
         assert_eq!(ingester_budget(7, None, true), 3);
         assert_eq!(ingester_budget(6, Some(1), true), 1);
         assert_eq!(ingester_budget(6, Some(50), true), 6);
+        // Zones being turned on: an ingester of the old template is not zone-aware, and
+        // the webhook does not see it.
+        let ingester = |zone_aware: bool| {
+            let mut labels = serde_json::json!({(names::LABEL_COMPONENT): "ingester"});
+            if zone_aware {
+                labels[names::LABEL_ZONE_AWARE] = names::LABEL_ZONE_AWARE_VALUE.into();
+            }
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "s-ingester-0", "labels": labels}}),
+            )
+            .expect("pod")
+        };
+        assert_eq!(budget_with_pods(6, None, true, vec![ingester(true)]), 2);
+        assert_eq!(budget_with_pods(6, None, true, vec![ingester(false)]), 1);
     }
 
     #[test]

@@ -448,10 +448,15 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
                 &zone_aware_stacks(&k.stacks),
                 k.match_conditions,
             );
-            if applied.is_some() && checked.elapsed() >= REPAIR_EVERY {
+            // Someone else changed it when the live object differs from what was last
+            // applied (a difference from `want` is this keeper's own change to make).
+            if let Some(last) = applied
+                .as_ref()
+                .filter(|_| checked.elapsed() >= REPAIR_EVERY)
+            {
                 checked = Instant::now();
                 if let Ok(live) = api.get_opt(C::NAME).await {
-                    if live.as_ref().and_then(owned_parts) != owned_parts(&want) {
+                    if live.as_ref().and_then(owned_parts) != owned_parts(last) {
                         warn!(
                             "the {} webhook configuration was changed by someone else; applying it again",
                             C::WHAT
