@@ -39,6 +39,7 @@ fn exported() -> BTreeSet<String> {
     Metrics::count(&m.reconciles, "ok", 1);
     Metrics::count(&m.annotations, "written", 1);
     Metrics::count(&m.applies, "applied", 1);
+    m.webhook_configuration("zone-disruption", true);
     m.encode()
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -132,6 +133,7 @@ fn alerts_parse_use_exported_metrics_and_link_existing_runbooks() {
         "LokiStackDegraded",
         "LokiStackPodsWithoutZone",
         "LokiZoneAnnotatorFailing",
+        "LokiZoneOperatorWebhookFailing",
     ] {
         assert!(alerts.iter().any(|a| a == want), "no alert {want}");
     }

@@ -97,6 +97,13 @@ async fn budget_and_configuration(env: &Env) -> Result<()> {
     );
     let covers = serde_json::to_string(&w.namespace_selector)?.contains(NS);
     ensure!(covers, "the configuration does not cover {NS}");
+    let metrics = env.operator.as_ref().context("operator")?.metrics().await?;
+    for line in [
+        "loki_zone_operator_webhook_configuration_applied{webhook=\"zone-disruption\"} 1",
+        "loki_zone_operator_webhook_certificate_ready 1",
+    ] {
+        ensure!(metrics.contains(line), "/metrics lacks {line}");
+    }
     Ok(())
 }
 

@@ -26,6 +26,11 @@ pub struct PathLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabel {
+    pub webhook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabel {
     pub condition: String,
 }
@@ -76,6 +81,8 @@ pub struct Metrics {
     pub webhook_duration: Histogram,
     pub webhook_pod_reads: Family<ResultLabel, Counter>,
     pub webhook_evictions: Family<ResultLabel, Counter>,
+    webhook_configuration_applied: Family<WebhookLabel, Gauge>,
+    pub webhook_certificate_ready: Gauge,
     pods_zoned: Family<PathLabel, Counter>,
     stacks_by_condition: Family<ConditionLabel, Gauge>,
     status_condition: Family<StatusConditionLabels, Gauge>,
@@ -127,6 +134,8 @@ impl Default for Metrics {
             webhook_bindings: register(r, "webhook_bindings", "pods/binding reviews answered by this replica, by result: zoned, not_zone_aware, pod_unknown, already_zoned, node_unknown, node_label, no_keys, not_a_node_binding", Family::default()),
             webhook_duration: register(r, "webhook_response_seconds", "Time to answer one pods/binding review, from the request read to the response written", fine_seconds()),
             webhook_pod_reads: register(r, "webhook_pod_reads", "Pods the webhook read from the API server because its cache had not seen them yet", Family::default()),
+            webhook_configuration_applied: register(r, "webhook_configuration_applied", "1 while the leader's last apply of a webhook configuration (zone-at-bind, zone-disruption) succeeded, 0 while it fails (its Warning log says why)", Family::default()),
+            webhook_certificate_ready: register(r, "webhook_certificate_ready", "1 while this replica serves a valid webhook certificate, 0 while it cannot read, issue or load one", Gauge::default()),
             webhook_evictions: register(r, "webhook_evictions", "pods/eviction reviews answered by this replica, by result: allowed, already_down, denied, not_leader, not_ours", Family::default()),
             pods_zoned: register(r, "pods_zoned", "Zone-aware pods given their zone, by path: bind (in the binding, by the webhook) or annotator (a patch after the bind)", Family::default()),
             applies: register(r, "child_applies", "Children per reconcile: applied, unchanged (skipped), pruned, failed", Family::default()),
@@ -149,6 +158,15 @@ impl Metrics {
                 result: result.to_string(),
             })
             .inc_by(n);
+    }
+
+    /// Whether the last apply of webhook configuration `webhook` succeeded.
+    pub fn webhook_configuration(&self, webhook: &str, applied: bool) {
+        self.webhook_configuration_applied
+            .get_or_create(&WebhookLabel {
+                webhook: webhook.to_string(),
+            })
+            .set(i64::from(applied));
     }
 
     /// One pod given its zone by `path` (`bind` or `annotator`).

@@ -254,6 +254,7 @@ fn register_webhook(
     stacks: Store<DynamicObject>,
     ca_bundle: watch::Receiver<Option<String>>,
     caps: ServerCapabilities,
+    metrics: &Arc<Metrics>,
 ) -> (WebhookCoverage, Vec<JoinHandle<()>>) {
     let remove_disruptions = || {
         tokio::spawn(registration::remove::<ValidatingWebhookConfiguration>(
@@ -276,6 +277,7 @@ fn register_webhook(
         target: target.clone(),
         match_conditions: caps.webhook_match_conditions,
         feed,
+        metrics: metrics.clone(),
     };
     let (bind, feed) = Coverage::new();
     let keep_bind = registration::keep::<MutatingWebhookConfiguration>(keeper(feed));
@@ -449,8 +451,14 @@ fn start(
         secrets: &secrets,
     };
     let (caches, mut tasks) = caches::start(sources, triggers);
-    let (webhook_coverage, registration) =
-        register_webhook(client, cfg, controller.store(), ca_bundle, capabilities);
+    let (webhook_coverage, registration) = register_webhook(
+        client,
+        cfg,
+        controller.store(),
+        ca_bundle,
+        capabilities,
+        &metrics,
+    );
     tasks.extend(registration.into_iter().chain([tokio::spawn(poll)]));
     let inputs = annotator::Inputs::from_caches(&caches, pod_rx, node_rx);
     let annotate = annotator::run(client.clone(), inputs, recorder.clone(), metrics.clone());

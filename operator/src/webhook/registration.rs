@@ -28,6 +28,7 @@ use std::fmt::Debug;
 use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
+use crate::controller::metrics::Metrics;
 use crate::controller::stacks::is_zone_aware;
 use crate::defaults::Component;
 use crate::names;
@@ -422,6 +423,7 @@ pub struct Keeper {
     pub target: ClientTarget,
     pub match_conditions: bool,
     pub feed: CoverageFeed,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Keeps the configuration `C` equal to [`Registered::want`] while this replica leads:
@@ -471,10 +473,12 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
                         let covered = covered_by(&want);
                         info!(namespaces = ?covered, "{} webhook configuration applied", C::WHAT);
                         k.feed.applied(covered);
+                        k.metrics.webhook_configuration(C::WHAT, true);
                         applied = Some(want);
                     }
                     Err(e) => {
                         k.feed.failed();
+                        k.metrics.webhook_configuration(C::WHAT, false);
                         warn!(error = %e, "cannot apply the {} webhook configuration", C::WHAT);
                     }
                 }

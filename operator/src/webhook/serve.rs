@@ -22,6 +22,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
@@ -108,7 +109,8 @@ pub async fn start(
     let ready = Arc::new(AtomicBool::new(false));
     let slot = Arc::new(CertSlot::default());
     let secrets = Api::namespaced(client.clone(), &cfg.namespace);
-    let Some(certs) = cert_keeper(&cfg.mode, secrets, slot.clone(), bundle_tx) else {
+    let gauge = metrics.webhook_certificate_ready.clone();
+    let Some(certs) = cert_keeper(&cfg.mode, secrets, slot.clone(), bundle_tx, gauge) else {
         return Ok(Served {
             ready,
             ca_bundle,
@@ -154,13 +156,14 @@ fn cert_keeper(
     secrets: Api<Secret>,
     slot: Arc<CertSlot>,
     bundle: watch::Sender<Option<String>>,
+    ready: Gauge,
 ) -> Option<BoxFuture<'static, ()>> {
     match mode {
         WebhookMode::Off => None,
         WebhookMode::SelfManaged { target } => {
-            Some(keep_certs(secrets, target.hosts(), slot, bundle).boxed())
+            Some(keep_certs(secrets, target.hosts(), slot, bundle, ready).boxed())
         }
-        WebhookMode::External { dir } => Some(keep_files(dir.clone(), slot).boxed()),
+        WebhookMode::External { dir } => Some(keep_files(dir.clone(), slot, ready).boxed()),
     }
 }
 
@@ -358,6 +361,7 @@ async fn keep_certs(
     hosts: Vec<String>,
     slot: Arc<CertSlot>,
     bundle: watch::Sender<Option<String>>,
+    ready: Gauge,
 ) {
     let mut serving: Option<String> = None;
     loop {
@@ -382,6 +386,7 @@ async fn keep_certs(
                 CERT_RETRY
             }
         };
+        ready.set(i64::from(next == CERT_RELOAD));
         tokio::time::sleep(next).await;
     }
 }
@@ -437,7 +442,7 @@ fn load(
 }
 
 /// OLM mounts `tls.crt` and `tls.key` and rotates them in place.
-async fn keep_files(dir: PathBuf, slot: Arc<CertSlot>) {
+async fn keep_files(dir: PathBuf, slot: Arc<CertSlot>, ready: Gauge) {
     let mut serving = None;
     loop {
         let next = match read_files(&dir) {
@@ -453,6 +458,7 @@ async fn keep_files(dir: PathBuf, slot: Arc<CertSlot>) {
                 CERT_RETRY
             }
         };
+        ready.set(i64::from(next == CERT_RELOAD));
         tokio::time::sleep(next).await;
     }
 }
