@@ -260,10 +260,23 @@ async fn disruptions_by_zone(ctx: &Context, stack: &LokiStack, namespace: &str) 
         .replication
         .as_ref()
         .is_some_and(|r| !r.zones.is_empty());
-    match (&ctx.webhook_coverage.disruptions, zone_aware) {
-        (Some(coverage), true) => coverage.wait_for(namespace).await,
-        _ => false,
+    if !zone_aware {
+        return false;
     }
+    // Both keepers are woken at once: the zone-at-bind wait before the apply then finds
+    // its namespace covered already, instead of adding a second wait after this one.
+    let bind = async {
+        if let Some(c) = &ctx.webhook_coverage.bind {
+            c.wait_for(namespace).await;
+        }
+    };
+    let disruptions = async {
+        match &ctx.webhook_coverage.disruptions {
+            Some(c) => c.wait_for(namespace).await,
+            None => false,
+        }
+    };
+    tokio::join!(bind, disruptions).1
 }
 
 /// Housekeeping for stacks deleted without a finalizer, which are never reconciled again.
