@@ -32,7 +32,7 @@ pub(super) async fn zone_disruptions(State(hook): State<Hook>, body: Bytes) -> R
     let started = Instant::now();
     let response = match request::<DynamicObject>(&body) {
         Ok(req) => hook.evict(&req),
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     hook.metrics
         .webhook_duration

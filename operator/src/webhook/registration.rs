@@ -450,21 +450,13 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
                 &zone_aware_stacks(&k.stacks),
                 k.match_conditions,
             );
-            // Someone else changed it when the live object differs from what was last
-            // applied (a difference from `want` is this keeper's own change to make).
             if let Some(last) = applied
                 .as_ref()
                 .filter(|_| checked.elapsed() >= REPAIR_EVERY)
             {
                 checked = Instant::now();
-                if let Ok(live) = api.get_opt(C::NAME).await {
-                    if live.as_ref().and_then(owned_parts) != owned_parts(last) {
-                        warn!(
-                            "the {} webhook configuration was changed by someone else; applying it again",
-                            C::WHAT
-                        );
-                        applied = None;
-                    }
+                if changed_elsewhere(&api, last).await {
+                    applied = None;
                 }
             }
             if applied.as_ref() != Some(&want) {
@@ -490,6 +482,23 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
             _ = k.feed.wake.notified() => {}
         }
     }
+}
+
+/// Someone else changed the configuration when the live object differs from what was
+/// last applied (a difference from `want` is the keeper's own change to make). A failed
+/// read says nothing: the next check looks again.
+async fn changed_elsewhere<C: Registered>(api: &Api<C>, last: &C) -> bool {
+    let Ok(live) = api.get_opt(C::NAME).await else {
+        return false;
+    };
+    let changed = live.as_ref().and_then(owned_parts) != owned_parts(last);
+    if changed {
+        warn!(
+            "the {} webhook configuration was changed by someone else; applying it again",
+            C::WHAT
+        );
+    }
+    changed
 }
 
 /// With a webhook switched off: removes the configuration this operator registered (and

@@ -63,7 +63,10 @@ pub struct Served {
 /// that cache is synced. Only the leader decides evictions, from one memory of the
 /// evictions it allowed, so two replicas never allow two zones at once.
 #[derive(Clone, Default)]
-pub struct LeaderView(Arc<RwLock<Option<(Store<PersistentVolume>, Arc<AtomicBool>)>>>);
+pub struct LeaderView(Arc<RwLock<Option<Term>>>);
+
+/// The leader's volume cache, and whether it is synced.
+type Term = (Store<PersistentVolume>, Arc<AtomicBool>);
 
 impl LeaderView {
     pub fn lead(&self, volumes: Store<PersistentVolume>, synced: Arc<AtomicBool>) {
@@ -233,7 +236,7 @@ async fn mark_ready(
 }
 
 /// The request of an AdmissionReview, or the response for a body that is not one.
-pub(super) fn request<T>(body: &[u8]) -> Result<AdmissionRequest<T>, Response>
+pub(super) fn request<T>(body: &[u8]) -> Result<AdmissionRequest<T>, Box<Response>>
 where
     T: kube::Resource + serde::de::DeserializeOwned,
 {
@@ -246,7 +249,7 @@ where
     })?;
     review
         .try_into()
-        .map_err(|e| reply(AdmissionResponse::invalid(e)))
+        .map_err(|e| Box::new(reply(AdmissionResponse::invalid(e))))
 }
 
 pub(super) fn reply(response: AdmissionResponse) -> Response {
@@ -260,7 +263,7 @@ async fn zone_at_bind(State(hook): State<Hook>, body: Bytes) -> Response {
     let started = Instant::now();
     let response = match request::<Binding>(&body) {
         Ok(req) => hook.answer(&req).await,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     hook.metrics
         .webhook_duration

@@ -19,7 +19,7 @@ use hyper::body::Bytes;
 use hyper::http::{self, Method, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
 use kube::runtime::events::EventType;
 use kube::Resource;
@@ -203,31 +203,21 @@ pub async fn step(ctx: &Context, stack: &LokiStack, snapshot: &Snapshot, plan: &
     }
     let leaving = leaving(&snapshot.name, running, wanted, &snapshot.pod_refs());
     let object = stack.object_ref(&());
+    let change = format!("ingesters {running} → {wanted}");
     match prepare(&leaving).await {
         Prepared::Ready {
             prepared,
             unreachable_not_running,
         } => {
-            let note = format!(
-                "ingesters {running} → {wanted}: asked {} to flush and leave the ring when stopped",
-                list(&prepared)
-            );
-            info!(stack = %snapshot.name, namespace = %snapshot.namespace, "{note}");
-            report::event(ctx, &object, EventType::Normal, "IngestersLeaving", note).await;
-            if !unreachable_not_running.is_empty() {
-                let note = format!(
-                    "ingesters {} were not running and could not be asked to leave the ring: they may stay in it as unhealthy members; press Forget for them on a distributor's /ring page",
-                    list(&unreachable_not_running)
-                );
-                report::event(
-                    ctx,
-                    &object,
-                    EventType::Warning,
-                    "IngesterNotPrepared",
-                    note,
-                )
-                .await;
-            }
+            announce_leaving(
+                ctx,
+                snapshot,
+                &object,
+                &change,
+                &prepared,
+                &unreachable_not_running,
+            )
+            .await;
             false
         }
         Prepared::Held { pod, why } => {
@@ -237,16 +227,36 @@ pub async fn step(ctx: &Context, stack: &LokiStack, snapshot: &Snapshot, plan: &
                 names::PORT_HTTP
             );
             warn!(stack = %snapshot.name, namespace = %snapshot.namespace, "{note}");
-            report::event(
-                ctx,
-                &object,
-                EventType::Warning,
-                "IngesterScaleDownHeld",
-                note,
-            )
-            .await;
+            let reason = "IngesterScaleDownHeld";
+            report::event(ctx, &object, EventType::Warning, reason, note).await;
             true
         }
+    }
+}
+
+/// The Events of a scale-down that goes ahead: who was asked to leave, and who could not
+/// be asked because it was not running.
+async fn announce_leaving(
+    ctx: &Context,
+    snapshot: &Snapshot,
+    object: &ObjectReference,
+    change: &str,
+    prepared: &[String],
+    not_running: &[String],
+) {
+    let note = format!(
+        "{change}: asked {} to flush and leave the ring when stopped",
+        list(prepared)
+    );
+    info!(stack = %snapshot.name, namespace = %snapshot.namespace, "{note}");
+    report::event(ctx, object, EventType::Normal, "IngestersLeaving", note).await;
+    if !not_running.is_empty() {
+        let note = format!(
+            "ingesters {} were not running and could not be asked to leave the ring: they may stay in it as unhealthy members; press Forget for them on a distributor's /ring page",
+            list(not_running)
+        );
+        let reason = "IngesterNotPrepared";
+        report::event(ctx, object, EventType::Warning, reason, note).await;
     }
 }
 
