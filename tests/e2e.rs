@@ -60,6 +60,10 @@ use webhook::{
     pods_are_zoned_in_the_event_that_binds_them,
 };
 
+#[path = "e2e/zone_switch.rs"]
+mod zone_switch;
+use zone_switch::zones_turn_on_write_path_first_and_off_read_path_first;
+
 const WAIT: Duration = Duration::from_secs(120);
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 
@@ -1485,6 +1489,7 @@ fn main() -> std::process::ExitCode {
         ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone,
         evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass,
         ingesters_removed_by_a_scale_down_leave_the_ring_first,
+        zones_turn_on_write_path_first_and_off_read_path_first,
         idle_resyncs_write_nothing,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {

@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -642,6 +642,83 @@ pub struct LokiStackStatus {
     /// under way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+    /// Where turning zones on or off for a running stack stands: the write path
+    /// (distributors, ingesters) and the read path (queriers, rulers) switch in turn, so
+    /// that no query misses data meanwhile. Absent for a stack without zones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_awareness: Option<ZoneAwarenessStatus>,
+}
+
+/// Zone-aware replication of a stack, stage by stage. Queriers read zone-aware only once
+/// every stream in the ingesters was written zone-aware: a zone-aware querier stops
+/// asking a zone's ingesters once the other zones answered, and a stream written before
+/// the switch may have had every copy in that zone.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneAwarenessStatus {
+    pub stage: ZoneAwarenessStage,
+    /// When the queriers and rulers turn zone-aware (stage Enabling): once the write
+    /// path runs zone-aware, after the window in which queriers ask ingesters for data
+    /// (`querier.query_ingesters_within`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_path_at: Option<Time>,
+    /// The zones the write path is spread over. Kept here so that turning zones off
+    /// keeps them on the write path until the read path has left them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<RecordedZone>,
+    /// What the current stage waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A zone of `spec.replication.zones`, as recorded in the status: the spec checked it
+/// already, so it carries none of the spec's validation rules (which would cost the API
+/// server a rule evaluation on every status write).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedZone {
+    pub topology_key: String,
+    pub max_skew: i32,
+}
+
+impl From<&ZoneSpec> for RecordedZone {
+    fn from(z: &ZoneSpec) -> Self {
+        RecordedZone {
+            topology_key: z.topology_key.clone(),
+            max_skew: z.max_skew,
+        }
+    }
+}
+
+impl From<&RecordedZone> for ZoneSpec {
+    fn from(z: &RecordedZone) -> Self {
+        ZoneSpec {
+            topology_key: z.topology_key.clone(),
+            max_skew: z.max_skew,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ZoneAwarenessStage {
+    /// The write path is zone-aware (or turning so); the read path is not yet.
+    Enabling,
+    /// Both paths are zone-aware.
+    #[default]
+    Enabled,
+    /// Zones are being turned off: the read path has left zone awareness (or is leaving
+    /// it); the write path follows once it has.
+    Disabling,
+}
+
+impl ZoneAwarenessStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ZoneAwarenessStage::Enabling => "Enabling",
+            ZoneAwarenessStage::Enabled => "Enabled",
+            ZoneAwarenessStage::Disabling => "Disabling",
+        }
+    }
 }
 
 /// A zone-by-zone rollout: the operator restarts the outdated pods of one zone at a

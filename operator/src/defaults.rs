@@ -45,6 +45,12 @@ impl Component {
         Component::Ruler,
     ];
 
+    /// Queriers and rulers ask the ingesters for recent data: the read path of the
+    /// ingester ring, which is turned zone-aware after the write path.
+    pub fn reads_ingesters(self) -> bool {
+        matches!(self, Component::Querier | Component::Ruler)
+    }
+
     /// The value of `app.kubernetes.io/component`, the `-target` flag and the name suffix.
     pub fn name(self) -> &'static str {
         match self {
@@ -176,6 +182,10 @@ pub struct EffectiveStack {
     /// zone-disruption webhook decides the stack's evictions, when it is the per-zone
     /// maximum; set by the plan.
     pub ingester_disruptions: i32,
+    /// Queriers and rulers read the ingester ring zone-aware. False, in a zone-aware
+    /// stack, while zones are being turned on or off: they then read their own config
+    /// file with the ring's zone awareness off; set by the plan (`staging.rs`).
+    pub read_path_zone_aware: bool,
 }
 
 impl EffectiveStack {
@@ -324,6 +334,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         store: StoreParams::default(),
         avoid_zones: Vec::new(),
         ingester_disruptions: 1,
+        read_path_zone_aware: true,
     }
 }
 

@@ -66,6 +66,11 @@ pub const ZONE_VALUES_SEPARATOR: &str = "_";
 /// an ingester then leaves its streams one copy short of what the outage already took.
 pub const ANNOTATION_ROLL_DURING_OUTAGE: &str = "loki.grafana.com/roll-during-zone-outage";
 pub const ANNOTATION_CONFIG_HASH: &str = "loki.grafana.com/config-hash";
+/// On a LokiStack, how long queriers and rulers wait, once the write path runs
+/// zone-aware, before they turn zone-aware too (a duration: `90s`, `10m`, `3h`). The
+/// default is Loki's `querier.query_ingesters_within`; shorter lets a query miss a stream
+/// written before the switch.
+pub const ANNOTATION_ZONE_READ_PATH_DELAY: &str = "loki.grafana.com/zone-read-path-delay";
 
 /// The environment variable Loki expands into `common.ring.instance_availability_zone`.
 pub const ENV_ZONE: &str = "INSTANCE_AVAILABILITY_ZONE";
@@ -83,6 +88,9 @@ pub const PORT_NAME_GOSSIP: &str = "gossip-ring";
 
 pub const CONFIG_MOUNT_DIR: &str = "/etc/loki/config";
 pub const CONFIG_FILE: &str = "config.yaml";
+/// The read path's (queriers', rulers') config while zones are being turned on or off:
+/// `config.yaml` with the ring's zone awareness off (see `controller/staging.rs`).
+pub const CONFIG_READ_FILE: &str = "config-read.yaml";
 pub const RUNTIME_CONFIG_FILE: &str = "runtime-config.yaml";
 pub const VOLUME_CONFIG: &str = "config";
 pub const VOLUME_STORAGE_SECRET: &str = "storage";

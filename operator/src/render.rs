@@ -359,6 +359,27 @@ fn sizing(eff: &EffectiveStack) -> Value {
 
 /// The Loki configuration (`config.yaml`) of a stack.
 pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, RenderError> {
+    loki_config_with(stack, eff, eff.zone_aware())
+}
+
+/// The read path's configuration while zones are turned on or off
+/// ([`names::CONFIG_READ_FILE`]): `config.yaml` with the ring's zone awareness off, so
+/// queriers and rulers ask every ingester. `None` when the read path reads `config.yaml`.
+pub fn loki_read_config(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+) -> Result<Option<String>, RenderError> {
+    if !eff.zone_aware() || eff.read_path_zone_aware {
+        return Ok(None);
+    }
+    loki_config_with(stack, eff, false).map(Some)
+}
+
+fn loki_config_with(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    zone_awareness: bool,
+) -> Result<String, RenderError> {
     let name = stack.metadata.name.as_deref().ok_or(RenderError::NoName)?;
     let st = stack.spec.storage.secret.type_;
     let fields: Vec<Value> =
@@ -391,6 +412,7 @@ pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, Re
         "paths": {"data": names::DATA_DIR, "wal": names::WAL_DIR, "ring_tokens": names::RING_TOKENS_FILE},
         "replication_factor": eff.replication_factor,
         "zone_expansion": eff.zone_aware().then(|| format!("${{{}}}", names::ENV_ZONE)),
+        "zone_awareness": zone_awareness,
         "storage": {"block": storage::config_block(st), "backend": st.as_str(), "fields": fields},
         "schemas": schemas,
         "boltdb": boltdb,
@@ -510,7 +532,12 @@ fn pod_volumes(stack: &LokiStack, c: &EffectiveComponent) -> Value {
 }
 
 /// The Loki container: image, target, config flags, ports, storage environment.
-fn container(stack: &LokiStack, c: &EffectiveComponent, settings: &Settings) -> Value {
+fn container(
+    stack: &LokiStack,
+    c: &EffectiveComponent,
+    settings: &Settings,
+    config_file: &str,
+) -> Value {
     let comp = c.component;
     let ports = [
         (names::PORT_NAME_HTTP, names::PORT_HTTP),
@@ -523,7 +550,7 @@ fn container(stack: &LokiStack, c: &EffectiveComponent, settings: &Settings) -> 
         "image": settings.loki_image,
         "args": [
             format!("-target={}", comp.name()),
-            format!("-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::CONFIG_FILE),
+            format!("-config.file={}/{}", names::CONFIG_MOUNT_DIR, config_file),
             format!("-runtime-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::RUNTIME_CONFIG_FILE),
             "-config.expand-env=true",
         ],
@@ -560,10 +587,11 @@ fn workload(
     c: &EffectiveComponent,
     settings: &Settings,
     caps: &ServerCapabilities,
-    config_hash: &str,
+    config: &ConfigHashes,
 ) -> Result<Document, RenderError> {
     let comp = c.component;
     let kind = comp.kind();
+    let (config_file, config_hash) = config.of(comp);
     let mut pod_labels = component_labels(name, comp);
     pod_labels.insert(names::LABEL_GOSSIP.into(), "true".into());
     let mut ctx = json!({
@@ -584,7 +612,7 @@ fn workload(
         "config_map": names::config_map_name(name),
         "update_strategy": update_strategy(eff),
     });
-    merge(&mut ctx, container(stack, c, settings));
+    merge(&mut ctx, container(stack, c, settings, config_file));
     merge(&mut ctx, pod_volumes(stack, c));
     match kind {
         WorkloadKind::Deployment => document("deployment.yaml.tera", "Deployment", &ctx),
@@ -642,25 +670,66 @@ pub fn documents(
         "ServiceAccount",
         &sa_ctx,
     )?];
-    let (config_map, hash) = config_map(stack, eff, &name)?;
+    let (config_map, hashes) = config_map(stack, eff, &name)?;
     out.push(config_map);
     out.push(gossip_service(stack, &name)?);
     for c in &eff.components {
         out.extend(component_documents(
-            stack, &name, eff, c, settings, caps, &hash,
+            stack, &name, eff, c, settings, caps, &hashes,
         )?);
     }
     Ok(out)
 }
 
-/// The ConfigMap with Loki's config files, and the hash that rolls pods when it changes.
+/// The config file each component reads, with the hash that rolls its pods when that
+/// file changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigHashes {
+    main: String,
+    /// Of [`names::CONFIG_READ_FILE`], while the read path has its own config.
+    read: Option<String>,
+}
+
+impl ConfigHashes {
+    fn new(main: &str, read: Option<&str>) -> ConfigHashes {
+        // The runtime config is left out: Loki reloads it, so a tenant's limits change
+        // without restarting any pod.
+        let one = |file: &str, content: &str| {
+            config_hash(&[(file.to_string(), content.to_string())].into())
+        };
+        ConfigHashes {
+            main: one(names::CONFIG_FILE, main),
+            read: read.map(|r| one(names::CONFIG_READ_FILE, r)),
+        }
+    }
+
+    /// The file `comp` reads and its hash.
+    pub fn of(&self, comp: Component) -> (&'static str, &str) {
+        match &self.read {
+            Some(read) if comp.reads_ingesters() => (names::CONFIG_READ_FILE, read),
+            _ => (names::CONFIG_FILE, &self.main),
+        }
+    }
+}
+
+/// The config hashes of a stack's components, as [`render`] writes them on the pods.
+pub fn config_hashes(stack: &LokiStack, eff: &EffectiveStack) -> Result<ConfigHashes, RenderError> {
+    let main = loki_config(stack, eff)?;
+    let read = loki_read_config(stack, eff)?;
+    Ok(ConfigHashes::new(&main, read.as_deref()))
+}
+
+/// The ConfigMap with Loki's config files, and the hashes that roll pods when they change.
 fn config_map(
     stack: &LokiStack,
     eff: &EffectiveStack,
     name: &str,
-) -> Result<(Document, String), RenderError> {
-    let files: BTreeMap<String, String> = [
-        (names::CONFIG_FILE.to_string(), loki_config(stack, eff)?),
+) -> Result<(Document, ConfigHashes), RenderError> {
+    let main = loki_config(stack, eff)?;
+    let read = loki_read_config(stack, eff)?;
+    let hashes = ConfigHashes::new(&main, read.as_deref());
+    let mut files: BTreeMap<String, String> = [
+        (names::CONFIG_FILE.to_string(), main),
         (
             names::RUNTIME_CONFIG_FILE.to_string(),
             render_text(
@@ -670,17 +739,11 @@ fn config_map(
         ),
     ]
     .into();
-    // The runtime config is left out: Loki reloads it, so a tenant's limits change
-    // without restarting any pod.
-    let hash = config_hash(
-        &files
-            .iter()
-            .filter(|(k, _)| k.as_str() == names::CONFIG_FILE)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-    );
+    if let Some(read) = read {
+        files.insert(names::CONFIG_READ_FILE.to_string(), read);
+    }
     let ctx = json!({"stack": stack_ctx(stack), "name": names::config_map_name(name), "labels": common_labels(name), "files": files});
-    Ok((document("configmap.yaml.tera", "ConfigMap", &ctx)?, hash))
+    Ok((document("configmap.yaml.tera", "ConfigMap", &ctx)?, hashes))
 }
 
 /// The headless Service through which ring members find each other; it publishes pods
@@ -710,7 +773,7 @@ fn component_documents(
     c: &EffectiveComponent,
     settings: &Settings,
     caps: &ServerCapabilities,
-    hash: &str,
+    hashes: &ConfigHashes,
 ) -> Result<Vec<Document>, RenderError> {
     let comp = c.component;
     let labels = component_labels(name, comp);
@@ -740,7 +803,7 @@ fn component_documents(
             true,
             false,
         )?,
-        workload(stack, name, eff, c, settings, caps, hash)?,
+        workload(stack, name, eff, c, settings, caps, hashes)?,
         document("pdb.yaml.tera", "PodDisruptionBudget", &pdb_ctx)?,
     ])
 }

@@ -17,6 +17,7 @@ pub mod scope;
 pub mod secrets;
 pub mod server;
 pub mod stacks;
+pub mod staging;
 pub mod status;
 pub mod takeover;
 
@@ -437,7 +438,7 @@ fn start(
     let secrets = SecretReader::new(client.clone());
     let controller = stack_controller(client, &cfg.scope, &secrets);
     let (stacks, every) = (controller.store(), cfg.secret_poll);
-    let poll = secrets::poll(secrets.clone(), stacks, stack_tx.clone(), every);
+    let poll = secrets::poll(secrets.clone(), stacks.clone(), stack_tx.clone(), every);
     let triggers = caches::Triggers {
         stacks: stack_tx,
         nodes: node_tx,
@@ -451,30 +452,22 @@ fn start(
         secrets: &secrets,
     };
     let (caches, mut tasks) = caches::start(sources, triggers);
-    let (webhook_coverage, registration) = register_webhook(
-        client,
-        cfg,
-        controller.store(),
-        ca_bundle,
-        capabilities,
-        &metrics,
-    );
+    let (webhook_coverage, registration) =
+        register_webhook(client, cfg, stacks, ca_bundle, capabilities, &metrics);
     tasks.extend(registration.into_iter().chain([tokio::spawn(poll)]));
     let inputs = annotator::Inputs::from_caches(&caches, pod_rx, node_rx);
     let annotate = annotator::run(client.clone(), inputs, recorder.clone(), metrics.clone());
-    tasks.push(tokio::spawn(annotate));
-    tasks.push(tokio::spawn(ready_when_synced(caches.clone(), ready)));
-    let ctx = Arc::new(Context {
-        client: client.clone(),
+    let ready = ready_when_synced(caches.clone(), ready);
+    tasks.extend([tokio::spawn(annotate), tokio::spawn(ready)]);
+    let ctx = Arc::new(Context::new(
+        client,
+        cfg,
         caches,
-        applier: apply::Applier::new(client.clone(), capabilities),
-        settings: cfg.settings.clone(),
         capabilities,
         recorder,
         metrics,
-        resync: cfg.resync,
         webhook_coverage,
-    });
+    ));
     Running {
         controller: StackController {
             controller,

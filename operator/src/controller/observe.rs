@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta};
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
@@ -59,6 +60,8 @@ pub struct Snapshot {
     /// The zone-disruption webhook decides the evictions of this stack's ingesters (set
     /// by the reconciler from the webhook's coverage, not from a cache).
     pub disruptions_by_zone: bool,
+    /// When the snapshot was taken: the clock the pure steps read.
+    pub now: Timestamp,
 }
 
 /// What the cache says of one existing child.
@@ -138,6 +141,7 @@ impl Snapshot {
             children,
             statefulsets,
             disruptions_by_zone: false,
+            now: Timestamp::now(),
         })
     }
 

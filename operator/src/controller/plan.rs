@@ -8,10 +8,11 @@
 
 use std::collections::BTreeSet;
 
-use crate::api::LokiStack;
+use crate::api::{LokiStack, ZoneAwarenessStatus};
 use crate::conditions::Reason;
 use crate::controller::caches::is_zone_aware;
 use crate::controller::observe::Snapshot;
+use crate::controller::staging;
 use crate::defaults::{effective, Component, EffectiveStack};
 use crate::go_compat;
 use crate::kinds::ChildKind;
@@ -91,6 +92,9 @@ pub struct Plan {
     pub action: Action,
     /// Ring members (StatefulSets) left as they run because a zone is unavailable.
     pub held: Vec<String>,
+    /// The stage of turning zones on or off (`staging.rs`); the previous one while the
+    /// spec is held back.
+    pub zone_awareness: Option<ZoneAwarenessStatus>,
 }
 
 /// The zone check of a zone-aware stack, on every node and the stack's volumes.
@@ -150,9 +154,11 @@ pub fn plan(
         eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
     }
     let mut held = Vec::new();
+    let mut zone_awareness = stack.status.as_ref().and_then(|s| s.zone_awareness.clone());
     let action = if findings.hold_back().is_some() {
         Action::HoldBack
     } else {
+        zone_awareness = staging::stage(stack, snapshot, &mut eff)?;
         let mut children = render(stack, &eff, settings, caps)?;
         // Stale before holding: a held StatefulSet is still wanted, never removed.
         let (stale, left) = not_rendered(snapshot, &children);
@@ -170,6 +176,7 @@ pub fn plan(
         findings,
         action,
         held,
+        zone_awareness,
     })
 }
 

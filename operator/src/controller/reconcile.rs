@@ -19,7 +19,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::api::{LokiStack, LokiStackStatus, ManagementState};
+use crate::api::{LokiStack, LokiStackStatus, ManagementState, ZoneAwarenessStage};
 use crate::controller::apply::{Applier, ApplyError, ApplyReport};
 use crate::controller::caches::Caches;
 use crate::controller::metrics::{Metrics, StackView};
@@ -29,8 +29,9 @@ use crate::controller::recovery;
 use crate::controller::report;
 use crate::controller::rollout;
 use crate::controller::stacks;
+use crate::controller::staging;
 use crate::controller::status::{self, Outcome};
-use crate::controller::WebhookCoverage;
+use crate::controller::{RunConfig, WebhookCoverage};
 use crate::render::{ServerCapabilities, Settings};
 
 /// How soon a failed reconcile runs again.
@@ -54,6 +55,30 @@ pub struct Context {
     /// The namespaces the zone-at-bind webhook covers; `None` when the operator does not
     /// register it (switched off, or OLM's).
     pub webhook_coverage: WebhookCoverage,
+}
+
+impl Context {
+    pub fn new(
+        client: &Client,
+        cfg: &RunConfig,
+        caches: Caches,
+        capabilities: ServerCapabilities,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+        webhook_coverage: WebhookCoverage,
+    ) -> Context {
+        Context {
+            client: client.clone(),
+            caches,
+            applier: Applier::new(client.clone(), capabilities),
+            settings: cfg.settings.clone(),
+            capabilities,
+            recorder,
+            metrics,
+            resync: cfg.resync,
+            webhook_coverage,
+        }
+    }
 }
 
 /// The step that failed, and why.
@@ -116,18 +141,26 @@ pub async fn reconcile(
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    result.map(|(outcome, rolling)| match outcome {
+    result.map(|(outcome, next)| match outcome {
         // Some causes of a hold-back send no change when fixed (a CA ConfigMap, which is
         // not watched): look again soon, which costs reads only.
         Outcome::HeldBack => Action::requeue(ctx.resync.min(HELD_BACK_RETRY)),
-        _ if rolling => Action::requeue(ctx.resync.min(ROLLOUT_RETRY)),
-        _ => Action::requeue(ctx.resync),
+        _ if next.rolling => Action::requeue(ctx.resync.min(ROLLOUT_RETRY)),
+        _ => Action::requeue(next.wake.map_or(ctx.resync, |w| ctx.resync.min(w))),
     })
+}
+
+/// When a reconcile that went through must run again without a change to trigger it.
+struct Next {
+    /// A rollout, a scale-down or a change of zones is under way.
+    rolling: bool,
+    /// The stage of turning zones on moves on at a set time.
+    wake: Option<Duration>,
 }
 
 /// observe → plan → (prepare a scale-down) → apply → rollout → status. Returns what the apply step did and
 /// whether a rollout is under way; a failed apply is an error once the status shows it.
-async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, bool), ReconcileError> {
+async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, Next), ReconcileError> {
     let mut snapshot = Snapshot::take(&ctx.caches, stack)?;
     snapshot.storage_ca_keys = storage_ca_keys(&ctx.client, stack, &snapshot.namespace).await?;
     snapshot.disruptions_by_zone = disruptions_by_zone(ctx, stack, &snapshot.namespace).await;
@@ -145,13 +178,32 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, bool), R
     let now = Timestamp::now();
     let recovered = recover(ctx, stack, &snapshot, &plan, now).await;
     let rollout = rollout::run::step(ctx, stack, &snapshot, &plan).await;
-    let rolling = rollout.is_some() || scale_down_held;
+    let stage = plan.zone_awareness.as_ref();
+    let next = Next {
+        rolling: rollout.is_some() || scale_down_held || staging::under_way(stage),
+        wake: staging::wake_after(stage, now),
+    };
     let mut new = status::compute(stack, &snapshot, &plan, &outcome, &recovered, now);
     new.rollout = rollout;
     report::write_status(ctx, stack, &new).await?;
+    announce_stage(ctx, stack, &plan).await;
     record(ctx, &snapshot, stack, &new);
     applied?;
-    Ok((outcome, rolling))
+    Ok((outcome, next))
+}
+
+/// An Event when turning zones on or off moves to its next stage; once the status that
+/// shows it is written, so a failed write does not announce it twice.
+async fn announce_stage(ctx: &Context, stack: &LokiStack, plan: &Plan) {
+    let previous = stack
+        .status
+        .as_ref()
+        .and_then(|s| s.zone_awareness.as_ref());
+    if let Some((reason, note)) = staging::transition(previous, plan.zone_awareness.as_ref()) {
+        info!(stack = %stack.name_any(), namespace = ?stack.namespace(), "{note}");
+        let object = stack.object_ref(&());
+        report::event(ctx, &object, EventType::Normal, reason, note).await;
+    }
 }
 
 /// The zone-outage recovery of the stack's movable pods (see `recovery.rs`): run when
@@ -242,7 +294,16 @@ async fn apply(
 /// wait ends at once when covered, and gives up after a few seconds: the annotator zones
 /// what the webhook does not.
 async fn wait_for_webhook(ctx: &Context, snapshot: &Snapshot, plan: &Plan) {
-    let (Some(coverage), true) = (&ctx.webhook_coverage.bind, plan.eff.zone_aware()) else {
+    // While zones are turned off the webhook no longer covers the stack: its ring
+    // members keep their zones, and the annotator writes them.
+    let turning_off = plan
+        .zone_awareness
+        .as_ref()
+        .is_some_and(|z| z.stage == ZoneAwarenessStage::Disabling);
+    let (Some(coverage), true) = (
+        &ctx.webhook_coverage.bind,
+        plan.eff.zone_aware() && !turning_off,
+    ) else {
         return;
     };
     if !coverage.wait_for(&snapshot.namespace).await {

@@ -350,6 +350,7 @@ mod tests {
             },
             action: Action::HoldBack,
             held: Vec::new(),
+            zone_awareness: None,
         };
         (snapshot, plan)
     }

@@ -487,6 +487,7 @@ pub fn compute(
         },
         // The rollout step's own report, set by the reconcile (`rollout::run::step`).
         rollout: None,
+        zone_awareness: plan.zone_awareness.clone(),
     }
 }
 
@@ -734,6 +735,7 @@ mod tests {
             },
             action: Action::HoldBack,
             held: Vec::new(),
+            zone_awareness: None,
         }
     }
 
