@@ -677,7 +677,9 @@ pub struct ZoneAwarenessStatus {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordedZone {
+    /// The node label whose values are the failure domains.
     pub topology_key: String,
+    /// The most pods of one component that one domain may hold above another.
     pub max_skew: i32,
 }
 
