@@ -26,6 +26,7 @@ fn exported() -> BTreeSet<String> {
         "replication": {"factor": 3, "writeQuorum": 2, "zones": ["a", "b", "c"],
                         "zonesAvailable": ["a", "b"], "zoneFailuresTolerated": 0,
                         "writeQuorumMet": true},
+        "zoneAwareness": {"stage": "Enabling", "readPathAt": "2026-01-01T03:00:00Z"},
     }))
     .expect("status");
     m.set_stack(
@@ -134,6 +135,7 @@ fn alerts_parse_use_exported_metrics_and_link_existing_runbooks() {
         "LokiStackPodsWithoutZone",
         "LokiZoneAnnotatorFailing",
         "LokiZoneOperatorWebhookFailing",
+        "LokiStackZoneSwitchStalled",
     ] {
         assert!(alerts.iter().any(|a| a == want), "no alert {want}");
     }

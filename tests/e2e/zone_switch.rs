@@ -218,6 +218,20 @@ async fn turn_on(env: &Env) -> Result<()> {
         "no {} while Enabling",
         names::CONFIG_READ_FILE
     );
+    let series = format!(
+        "loki_zone_operator_zone_read_path_at_seconds{{stack_namespace=\"{NS}\",stack_name=\"{STACK}\"}} {}",
+        at.as_second()
+    );
+    let metrics = env
+        .operator
+        .as_ref()
+        .context("operator not running")?
+        .metrics()
+        .await?;
+    ensure!(
+        metrics.contains(&series),
+        "no {series} in the operator's metrics"
+    );
     let rest = record(env, |s| {
         s.stage == Some(ZoneAwarenessStage::Enabled)
             && ["querier", "ruler"]

@@ -62,12 +62,21 @@ pub struct StatusConditionLabels {
     pub status: String,
 }
 
+/// The stage of turning a stack's zones on or off (`status.zoneAwareness.stage`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub stack_namespace: String,
+    pub stack_name: String,
+    pub stage: String,
+}
+
 /// What was last exported for one stack, so its old series can be removed.
 #[derive(Default)]
 struct Exported {
     true_conditions: Vec<String>,
     conditions: Vec<StatusConditionLabels>,
     zones: Vec<ZoneLabels>,
+    stage: Option<StageLabels>,
 }
 
 pub struct Metrics {
@@ -90,6 +99,8 @@ pub struct Metrics {
     zone_available: Family<ZoneLabels, Gauge>,
     zone_failures_tolerated: Family<StackLabels, Gauge>,
     write_quorum_met: Family<StackLabels, Gauge>,
+    zone_awareness_stage: Family<StageLabels, Gauge>,
+    zone_read_path_at: Family<StackLabels, Gauge>,
     exported: Mutex<HashMap<(String, String), Exported>>,
 }
 
@@ -144,6 +155,8 @@ impl Default for Metrics {
             zone_available: register(r, "zone_available", "1 when at least one node of the known zone can run pods, else 0", Family::default()),
             zone_failures_tolerated: register(r, "zone_failures_tolerated", "Zones the stack can lose with writes still reaching quorum, from where its Ready ingesters are", Family::default()),
             write_quorum_met: register(r, "write_quorum_met", "1 when every stream can write a quorum of copies in the available zones, else 0", Family::default()),
+            zone_awareness_stage: register(r, "zone_awareness_stage", "1 for the stage of zone-aware replication a stack is in: Enabling, Enabled or Disabling (status.zoneAwareness.stage)", Family::default()),
+            zone_read_path_at: register(r, "zone_read_path_at_seconds", "While zones are being turned on and the write path is zone-aware: when queriers and rulers turn zone-aware (status.zoneAwareness.readPathAt), in seconds since the epoch", Family::default()),
             status_condition,
             exported: Mutex::new(HashMap::new()),
             registry: root,
@@ -198,11 +211,15 @@ impl Metrics {
             for l in &old.zones {
                 self.zone_available.remove(l);
             }
+            if let Some(l) = &old.stage {
+                self.zone_awareness_stage.remove(l);
+            }
         }
         for f in [
             &self.zones,
             &self.zone_failures_tolerated,
             &self.write_quorum_met,
+            &self.zone_read_path_at,
         ] {
             f.remove(&labels);
         }
@@ -230,6 +247,7 @@ impl Metrics {
                 out.true_conditions.push(c.type_.clone());
             }
         }
+        out.stage = self.export_stage(labels, view.status);
         let Some(r) = view
             .status
             .replication
@@ -263,6 +281,23 @@ impl Metrics {
             out.zones.push(l);
         }
         out
+    }
+
+    /// The stage of turning zones on or off, and when the read path follows.
+    fn export_stage(&self, labels: &StackLabels, status: &LokiStackStatus) -> Option<StageLabels> {
+        let z = status.zone_awareness.as_ref()?;
+        if let Some(at) = &z.read_path_at {
+            self.zone_read_path_at
+                .get_or_create(labels)
+                .set(at.0.as_second());
+        }
+        let l = StageLabels {
+            stack_namespace: labels.stack_namespace.clone(),
+            stack_name: labels.stack_name.clone(),
+            stage: z.stage.as_str().to_string(),
+        };
+        self.zone_awareness_stage.get_or_create(&l).set(1);
+        Some(l)
     }
 
     fn count_conditions(&self, exported: &HashMap<(String, String), Exported>) {
@@ -389,6 +424,40 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("stack_name=\"a\""), "{text}");
+    }
+
+    #[test]
+    fn the_zone_awareness_stage_is_one_series_that_follows_the_status() {
+        use crate::api::{ZoneAwarenessStage, ZoneAwarenessStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let m = Metrics::default();
+        let mut s = status(&["Ready"], &[("z1", true)]);
+        let at = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        s.zone_awareness = Some(ZoneAwarenessStatus {
+            stage: ZoneAwarenessStage::Enabling,
+            read_path_at: Some(Time(at)),
+            ..Default::default()
+        });
+        m.set_stack("ns", "a", view(&s));
+        let text = m.encode();
+        for line in [
+            "loki_zone_operator_zone_awareness_stage{stack_namespace=\"ns\",stack_name=\"a\",stage=\"Enabling\"} 1",
+            "loki_zone_operator_zone_read_path_at_seconds{stack_namespace=\"ns\",stack_name=\"a\"} 1800000000",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
+        s.zone_awareness = Some(ZoneAwarenessStatus {
+            stage: ZoneAwarenessStage::Enabled,
+            ..Default::default()
+        });
+        m.set_stack("ns", "a", view(&s));
+        let text = m.encode();
+        assert!(text.contains("stage=\"Enabled\"} 1"), "{text}");
+        assert!(!text.contains("stage=\"Enabling\""), "{text}");
+        assert!(!text.contains("zone_read_path_at_seconds{"), "{text}");
+        s.zone_awareness = None;
+        m.set_stack("ns", "a", view(&s));
+        assert!(!m.encode().contains("zone_awareness_stage{"));
     }
 
     #[test]
