@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -214,10 +214,21 @@ pub(super) async fn evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass(
     uncordon(env, "zone-c").await?;
     result?;
     all_ready(env).await?;
-    ensure!(
-        evict(env, &c[0]).await? == Ok(()),
-        "zone-c refused once zone-b was back"
-    );
+    // The webhook's pod cache may see zone-b's last ingester Ready a moment after this
+    // client does; a 429 naming zone-b meanwhile is retried, as `kubectl drain` would.
+    // Any other answer fails at the timeout with that answer.
+    eventually(
+        "zone-c evictable once zone-b is back",
+        Duration::from_secs(30),
+        || async {
+            match evict(env, &c[0]).await? {
+                Ok(()) => Ok(Some(())),
+                Err((429, m)) if m.contains("zone zone-b is disrupted") => Ok(None),
+                Err(other) => bail!("evicting {}: {other:?}", c[0]),
+            }
+        },
+    )
+    .await?;
     all_ready(env).await?;
     zones_in_turn(&watch.since(started), &zone_of)?;
     Ok(())

@@ -271,7 +271,14 @@ async fn turn_on(env: &Env) -> Result<()> {
                 }
             }
         }
-        if s.stage == Some(ZoneAwarenessStage::Enabling) && s.template("ingester")?.zoned {
+        // Taken before readPathAt: the operator cannot have switched the read path yet.
+        // (Past it, the templates may already have switched while the status that says
+        // Enabled is still to be written.)
+        let before_read_path = s.read_path_at.is_none_or(|at| s.at < at);
+        if s.stage == Some(ZoneAwarenessStage::Enabling)
+            && before_read_path
+            && s.template("ingester")?.zoned
+        {
             ensure!(
                 s.template("querier")?.file == names::CONFIG_READ_FILE,
                 "querier not on {} while Enabling: {s:?}",
