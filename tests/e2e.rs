@@ -932,13 +932,17 @@ async fn statuses(env: &Env) -> Result<BTreeMap<String, Value>> {
 }
 
 /// Reconciles the operator has finished, from its /metrics.
-async fn reconciles(env: &Env) -> Result<u64> {
-    let text = env
-        .operator
+/// The running operator's `/metrics` text.
+async fn operator_metrics(env: &Env) -> Result<String> {
+    env.operator
         .as_ref()
         .context("operator not running")?
         .metrics()
-        .await?;
+        .await
+}
+
+async fn reconciles(env: &Env) -> Result<u64> {
+    let text = operator_metrics(env).await?;
     Ok(text
         .lines()
         .filter(|l| l.starts_with("loki_zone_operator_reconciles_total{"))

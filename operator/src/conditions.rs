@@ -88,6 +88,7 @@ wire_enum! {
         ZoneLabelChanged => "ZoneLabelChanged",
         UnsupportedFields => "UnsupportedFields",
         UnmanagedChildren => "UnmanagedChildren",
+        InvalidAnnotation => "InvalidAnnotation",
     }
 }
 

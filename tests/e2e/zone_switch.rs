@@ -20,7 +20,10 @@ use loki_zone_operator::api::{LokiStack, ZoneAwarenessStage};
 use loki_zone_operator::names;
 use serde_json::json;
 
-use super::{create_stack, namespace, stack_json, wait_condition, workloads, Env, WAIT, ZONE};
+use super::{
+    create_stack, namespace, operator_metrics, stack_json, wait_condition, workloads, Env, WAIT,
+    ZONE,
+};
 
 const NS: &str = "e2e-zone-switch";
 const STACK: &str = "switch";
@@ -222,12 +225,7 @@ async fn turn_on(env: &Env) -> Result<()> {
         "loki_zone_operator_zone_read_path_at_seconds{{stack_namespace=\"{NS}\",stack_name=\"{STACK}\"}} {}",
         at.as_second()
     );
-    let metrics = env
-        .operator
-        .as_ref()
-        .context("operator not running")?
-        .metrics()
-        .await?;
+    let metrics = operator_metrics(env).await?;
     ensure!(
         metrics.contains(&series),
         "no {series} in the operator's metrics"

@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 
 use crate::api::{LokiStack, ZoneAwarenessStatus};
 use crate::conditions::Reason;
-use crate::controller::caches::is_zone_aware;
 use crate::controller::observe::Snapshot;
 use crate::controller::staging;
 use crate::defaults::{effective, Component, EffectiveStack};
@@ -43,6 +42,8 @@ pub struct Findings {
     pub zone: Option<ZoneCheck>,
     /// Go Loki Operator fields the stack sets that this operator does not act on.
     pub unsupported: Vec<String>,
+    /// A stack annotation that is set but invalid, and what applies instead.
+    pub annotation: Option<String>,
 }
 
 impl Findings {
@@ -119,13 +120,9 @@ fn secret_params(
     }
 }
 
-pub fn plan(
-    stack: &LokiStack,
-    snapshot: &Snapshot,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-) -> Result<Plan, PlanError> {
-    let mut eff = effective(&stack.spec);
+/// Every check of the stack against what was observed; the storage Secret's parameters
+/// go into `eff` when it is usable.
+fn check(stack: &LokiStack, snapshot: &Snapshot, eff: &mut EffectiveStack) -> Findings {
     let secret = match secret_params(stack, snapshot) {
         Ok(params) => {
             eff.store = params;
@@ -133,7 +130,7 @@ pub fn plan(
         }
         Err(e) => Some(e),
     };
-    let findings = Findings {
+    Findings {
         invalid: validate_stack(stack).err(),
         secret,
         storage_ca: stack.spec.storage.tls.as_ref().and_then(|tls| {
@@ -144,13 +141,24 @@ pub fn plan(
             snapshot.storage_class.as_deref(),
             eff.zone_aware(),
         ),
-        zone: zone_check(&eff, snapshot),
+        zone: zone_check(eff, snapshot),
         unsupported: go_compat::unsupported_fields(&stack.spec),
-    };
+        annotation: staging::read_path_delay(stack).err(),
+    }
+}
+
+pub fn plan(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+) -> Result<Plan, PlanError> {
+    let mut eff = effective(&stack.spec);
+    let findings = check(stack, snapshot, &mut eff);
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
         eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();
     }
-    if snapshot.disruptions_by_zone && ingesters_zone_aware(snapshot) {
+    if snapshot.disruptions_by_zone && staging::ingesters_zone_aware(snapshot) {
         eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
     }
     let mut held = Vec::new();
@@ -178,23 +186,6 @@ pub fn plan(
         held,
         zone_awareness,
     })
-}
-
-/// Every ingester pod runs a zone-aware template. The zone-disruption webhook sees only
-/// zone-aware pods, so while zones are being turned on (old ingesters still running)
-/// the budget stays at one ingester.
-fn ingesters_zone_aware(snapshot: &Snapshot) -> bool {
-    snapshot
-        .pods
-        .iter()
-        .filter(|p| {
-            let labels = p.metadata.labels.as_ref();
-            labels
-                .and_then(|l| l.get(names::LABEL_COMPONENT))
-                .map(String::as_str)
-                == Some(Component::Ingester.name())
-        })
-        .all(|p| is_zone_aware(p))
 }
 
 /// The ingesters one zone may have down at once: `spec.replication.maxUnavailablePerZone`,

@@ -316,12 +316,7 @@ async fn wait_for_webhook(ctx: &Context, snapshot: &Snapshot, plan: &Plan) {
 /// of a new stack waits (briefly) for the configuration to cover its namespace; until it
 /// does, the budget stays at one ingester.
 async fn disruptions_by_zone(ctx: &Context, stack: &LokiStack, namespace: &str) -> bool {
-    let zone_aware = stack
-        .spec
-        .replication
-        .as_ref()
-        .is_some_and(|r| !r.zones.is_empty());
-    if !zone_aware {
+    if !crate::defaults::zone_aware(&stack.spec) {
         return false;
     }
     // Both keepers are woken at once: the zone-at-bind wait before the apply then finds

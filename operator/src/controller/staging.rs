@@ -82,7 +82,11 @@ fn turning_on(
         zones: eff.zones.iter().map(Into::into).collect(),
         message: None,
     };
-    let (delay, delay_note) = read_path_delay(stack);
+    // An invalid annotation is also a Warning condition (`plan::Findings::annotation`).
+    let (delay, delay_note) = match read_path_delay(stack) {
+        Ok(d) => (d, String::new()),
+        Err(e) => (QUERY_INGESTERS_WITHIN, format!(". {e}")),
+    };
     let enabling = |read_path_at: Option<Timestamp>, message: String| ZoneAwarenessStatus {
         stage: ZoneAwarenessStage::Enabling,
         read_path_at: read_path_at.map(Time),
@@ -93,7 +97,7 @@ fn turning_on(
         Some(p) if p.stage == ZoneAwarenessStage::Enabling => p.read_path_at.as_ref(),
         // Zones back on before they were off: the write path never left them.
         Some(_) => return enabled(),
-        None if !unzoned_ingesters(snapshot) => return enabled(),
+        None if ingesters_zone_aware(snapshot) => return enabled(),
         None => None,
     };
     if let Some(at) = enabling_since {
@@ -172,24 +176,22 @@ fn turning_off(
 }
 
 /// How long the read path waits after the write path: the stack's annotation, else
-/// [`QUERY_INGESTERS_WITHIN`]; with a note for the status when the annotation is invalid.
-pub fn read_path_delay(stack: &LokiStack) -> (Duration, String) {
+/// [`QUERY_INGESTERS_WITHIN`]; what to fix when the annotation is not a duration (the
+/// default then applies).
+pub fn read_path_delay(stack: &LokiStack) -> Result<Duration, String> {
     let set = stack
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(names::ANNOTATION_ZONE_READ_PATH_DELAY));
     match set.map(|v| parse_duration(v)) {
-        None => (QUERY_INGESTERS_WITHIN, String::new()),
-        Some(Ok(d)) => (d, String::new()),
-        Some(Err(e)) => (
-            QUERY_INGESTERS_WITHIN,
-            format!(
-                ". Annotation {}: {e}; Loki's default {} applies",
-                names::ANNOTATION_ZONE_READ_PATH_DELAY,
-                humanize(QUERY_INGESTERS_WITHIN)
-            ),
-        ),
+        None => Ok(QUERY_INGESTERS_WITHIN),
+        Some(Ok(d)) => Ok(d),
+        Some(Err(e)) => Err(format!(
+            "annotation {}: {e}; Loki's default {} applies until it is fixed or removed",
+            names::ANNOTATION_ZONE_READ_PATH_DELAY,
+            humanize(QUERY_INGESTERS_WITHIN)
+        )),
     }
 }
 
@@ -218,12 +220,15 @@ fn config_hash(pod: &Pod) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Some ingester runs without zones: a running stack whose zones are being turned on.
-fn unzoned_ingesters(snapshot: &Snapshot) -> bool {
+/// Every ingester pod runs a zone-aware template: false while zones are being turned on
+/// for a running stack. The plan also keeps the ingester budget at one pod until then,
+/// since the zone-disruption webhook sees only zone-aware pods.
+pub fn ingesters_zone_aware(snapshot: &Snapshot) -> bool {
     snapshot
         .pods
         .iter()
-        .any(|p| component_of(p) == Some(Component::Ingester.name()) && !is_zone_aware(p))
+        .filter(|p| component_of(p) == Some(Component::Ingester.name()))
+        .all(|p| is_zone_aware(p))
 }
 
 fn write_path_progress(snapshot: &Snapshot, eff: &EffectiveStack) -> Vec<Progress> {
@@ -581,8 +586,7 @@ mod tests {
             )]
             .into(),
         );
-        let (d, note) = read_path_delay(&s);
-        assert_eq!(d, QUERY_INGESTERS_WITHIN);
+        let note = read_path_delay(&s).unwrap_err();
         assert!(
             note.contains(names::ANNOTATION_ZONE_READ_PATH_DELAY),
             "{note}"
@@ -591,7 +595,19 @@ mod tests {
         let z = stage(&s, &snapshot(pods(&eff, false, true), T0), &mut eff)
             .unwrap()
             .unwrap();
-        assert!(z.message.unwrap().contains("invalid duration"));
+        let message = z.message.unwrap();
+        assert!(message.contains("invalid duration"), "{message}");
+        // Loki's window applies meanwhile.
+        assert!(message.contains("until 3h after that"), "{message}");
+        // ... and the plan shows it as a Warning condition.
+        let p = crate::controller::plan::plan(
+            &s,
+            &snapshot(vec![], T0),
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .unwrap();
+        assert_eq!(p.findings.annotation.as_deref(), Some(note.as_str()));
     }
 
     #[test]

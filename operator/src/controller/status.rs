@@ -399,6 +399,9 @@ fn warnings(
         ));
     }
     out.extend(migration_warnings(plan));
+    if let Some(a) = &plan.findings.annotation {
+        out.push((Reason::InvalidAnnotation, format!("{a}. Fix or remove it")));
+    }
     // Advice about the layout, not about something happening now: last.
     if let Some(z) = plan
         .findings
