@@ -94,11 +94,14 @@ deploy: build ## Install the operator (CRD, RBAC, Deployment) with image IMG
 undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
 	bash hack/deploy.sh undeploy
 
+# `make bench BENCH_ARGS=memory` runs the memory section alone.
+BENCH_ARGS ?=
+
 .PHONY: bench
 bench: ## Measure annotation latency, memory, idle API cost and apply time (release build)
 	$(CARGO) build --locked --release -p loki-zone-operator -p loki-zone-operator-tests --bin loki-zone-operator --bin bench
 	bash hack/build-control-plane.sh >/dev/null
-	LOKI_ZONE_OPERATOR_BIN=target/release/loki-zone-operator target/release/bench
+	LOKI_ZONE_OPERATOR_BIN=target/release/loki-zone-operator target/release/bench $(BENCH_ARGS)
 
 .PHONY: docs
 docs: ## Regenerate docs/api.md from the CRD

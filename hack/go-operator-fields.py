@@ -2,7 +2,7 @@
 """List every field of the Go Loki Operator's LokiStack `spec` (loki.grafana.com/v1) with
 its OpenAPI type, from that operator's CRD.
 
-The output, operator/src/testdata/go-operator-lokistack-fields.json, is what
+The output, operator/src/model/testdata/go-operator-lokistack-fields.json, is what
 go_compat.rs checks our CRD against: every path must be declared by ours with the same
 type, or sit under a node that keeps unknown fields. Then replacing the Go operator's
 CRD with ours prunes nothing from stored stacks. No descriptions or validations are
@@ -14,7 +14,7 @@ Regenerate (from a clone of grafana/loki; use the operator release users migrate
     git -C ../loki show "$REF:operator/config/crd/bases/loki.grafana.com_lokistacks.yaml" \
       | hack/go-operator-fields.py --ref "$REF" \
           --commit "$(git -C ../loki rev-parse "$REF^{commit}")" - \
-      > operator/src/testdata/go-operator-lokistack-fields.json
+      > operator/src/model/testdata/go-operator-lokistack-fields.json
 
 Paths: `spec.a.b`; `*` is the value of a map (additionalProperties), `[]` an item of a
 list.

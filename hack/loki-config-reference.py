@@ -3,7 +3,7 @@
 
 The input is grafana/loki's generated reference, docs/sources/shared/configuration.md, at
 the release of the Loki image the operator deploys. The output,
-operator/src/testdata/loki-config-reference.json, is what config_reference_tests.rs walks
+operator/src/render/testdata/loki-config-reference.json, is what config_reference_tests.rs walks
 every rendered config.yaml and runtime config against: which keys each block has and
 what type each leaf takes. No descriptions or defaults are kept.
 
@@ -13,7 +13,7 @@ Regenerate (from a clone of grafana/loki; use the tag of the image in render.rs)
     git -C ../loki show "$TAG:docs/sources/shared/configuration.md" \
       | hack/loki-config-reference.py --ref "$TAG" \
           --commit "$(git -C ../loki rev-parse "$TAG^{commit}")" - \
-      > operator/src/testdata/loki-config-reference.json
+      > operator/src/render/testdata/loki-config-reference.json
 
 How the reference is read:
 - the yaml fence under "Supported contents and default values of `loki.yaml`" is the

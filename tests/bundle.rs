@@ -339,7 +339,7 @@ fn webhook_certificate_only(name: &str, rules: &Value) {
         assert_eq!(verbs, vec!["get", "update"], "{name}");
         assert_eq!(
             strs(&r["resourceNames"]),
-            vec![loki_zone_operator::names::WEBHOOK_CERT_SECRET],
+            vec![loki_zone_operator::model::names::WEBHOOK_CERT_SECRET],
             "{name}"
         );
     }
@@ -438,11 +438,11 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
                 vec![
                     one(
                         "mutatingwebhookconfigurations",
-                        loki_zone_operator::names::WEBHOOK_CONFIGURATION
+                        loki_zone_operator::model::names::WEBHOOK_CONFIGURATION
                     ),
                     one(
                         "validatingwebhookconfigurations",
-                        loki_zone_operator::names::WEBHOOK_DISRUPTION_CONFIGURATION
+                        loki_zone_operator::model::names::WEBHOOK_DISRUPTION_CONFIGURATION
                     ),
                 ]
             );
@@ -481,7 +481,7 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
     }
     let d = deployment(&objects);
     assert_eq!(env_value(d, "WATCH_NAMESPACES"), "team-a,team-b");
-    let parsed = loki_zone_operator::controller::scope::Scope::parse("team-a,team-b");
+    let parsed = loki_zone_operator::caches::scope::Scope::parse("team-a,team-b");
     assert!(parsed.is_ok_and(|s| s.contains("team-b") && !s.contains("default")));
     // The component alone leaves a placeholder the operator refuses, naming it.
     let bare = scratch("namespaced-bare");
@@ -489,7 +489,7 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
     let objects = kustomize(&bare).expect("kustomize");
     let placeholder = env_value(deployment(&objects), "WATCH_NAMESPACES");
     assert!(placeholder.starts_with("SET-ME"), "{placeholder}");
-    assert!(loki_zone_operator::controller::scope::Scope::parse(placeholder).is_err());
+    assert!(loki_zone_operator::caches::scope::Scope::parse(placeholder).is_err());
 }
 
 #[test]
@@ -672,9 +672,12 @@ fn alm_examples_are_valid_zone_aware_stacks_of_the_owned_crd() {
         seen.insert(gvk);
         assert_eq!(openapi_errors(&schema, ex), Vec::<String>::new(), "{ex}");
         assert_eq!(cel_errors(&schema, ex), Vec::<String>::new(), "{ex}");
-        let typed: loki_zone_operator::api::LokiStack =
+        let typed: loki_zone_operator::model::api::LokiStack =
             serde_json::from_value(ex.clone()).expect("example deserializes as a LokiStack");
-        assert_eq!(loki_zone_operator::validate::validate(&typed.spec), Ok(()));
+        assert_eq!(
+            loki_zone_operator::checks::validate::validate(&typed.spec),
+            Ok(())
+        );
         // What users copy from the console must survive a zone: three copies, so a
         // quorum of two is left when one zone is lost.
         let replication = &ex["spec"]["replication"];
@@ -1470,11 +1473,11 @@ fn the_csv_declares_the_zone_at_bind_webhook() {
     assert_eq!(w["deploymentName"], d["name"]);
     assert_eq!(
         w["generateName"],
-        loki_zone_operator::names::WEBHOOK_ZONE_AT_BIND
+        loki_zone_operator::model::names::WEBHOOK_ZONE_AT_BIND
     );
     assert_eq!(
         w["webhookPath"],
-        loki_zone_operator::names::WEBHOOK_PATH_ZONE_AT_BIND
+        loki_zone_operator::model::names::WEBHOOK_PATH_ZONE_AT_BIND
     );
     assert_eq!(
         (&w["failurePolicy"], &w["sideEffects"]),

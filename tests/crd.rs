@@ -1,12 +1,17 @@
-//! The CRD: the committed manifest matches the code, and every static rule of SPEC.md
-//! section 1 rejects what it should, with the failing field named. OpenAPI constraints are
-//! checked with a JSON-schema validator, CEL rules with a CEL evaluator, both against the
-//! generated schema; the reconciler's own copy of the rules (`validate`) is checked too.
+//! The CRD: the committed manifest matches the code, and every rule it declares about a
+//! single LokiStack (bounds, enums, required fields, list keys, and the cross-field CEL
+//! rules such as the deprecated `replicationFactor` beside `replication`, or a storage CA
+//! for a store that cannot use one) rejects what it should, with the failing field
+//! named. OpenAPI constraints are checked with a JSON-schema validator, CEL rules with a
+//! CEL evaluator, both against the generated schema; the reconciler's own copy of the
+//! rules (`validate`) is checked too. What depends on the cluster (enough zones for the
+//! replication factor) is never an admission error: it is a status condition, so a stack
+//! can always be edited while the cluster is broken.
 
 use kube_cel::Validator as CelValidator;
-use loki_zone_operator::api::LokiStack;
+use loki_zone_operator::checks::validate::validate;
 use loki_zone_operator::cli::crd_yaml;
-use loki_zone_operator::validate::validate;
+use loki_zone_operator::model::api::LokiStack;
 use loki_zone_operator_tests::repo_root;
 use serde_json::{json, Value};
 

@@ -16,14 +16,18 @@ use k8s_openapi::api::core::v1::{
 };
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use loki_zone_operator::api::LokiStack;
-use loki_zone_operator::names;
+use loki_zone_operator::model::api::LokiStack;
+use loki_zone_operator::model::names;
 use loki_zone_operator_tests::admission;
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
+
+#[path = "e2e/caches.rs"]
+mod caches;
+use caches::each_kind_is_watched_once_per_process;
 
 #[path = "e2e/disruptions.rs"]
 mod disruptions;
@@ -920,7 +924,7 @@ async fn statuses(env: &Env) -> Result<BTreeMap<String, Value>> {
         .map(|s| {
             let key = format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any());
             let managed =
-                s.spec.management_state == loki_zone_operator::api::ManagementState::Managed;
+                s.spec.management_state == loki_zone_operator::model::api::ManagementState::Managed;
             let status = if managed {
                 serde_json::to_value(&s.status).unwrap_or_default()
             } else {
@@ -1465,6 +1469,7 @@ fn main() -> std::process::ExitCode {
         missing_and_empty_labels_are_reported,
         turning_zones_off_removes_every_zone_piece,
         operator_runs_with_least_privilege,
+        each_kind_is_watched_once_per_process,
         pods_created_while_down_are_annotated_on_start,
         deleting_a_stack_collects_children_but_keeps_pvcs,
         invalid_specs_are_rejected_with_the_field_named,

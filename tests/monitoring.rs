@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use loki_zone_operator::api::LokiStackStatus;
-use loki_zone_operator::controller::metrics::{Metrics, StackView};
+use loki_zone_operator::model::api::LokiStackStatus;
+use loki_zone_operator::telemetry::metrics::{Metrics, StackView};
 use loki_zone_operator_tests::bundle::{kustomize, write_overlay};
 use loki_zone_operator_tests::repo_root;
 use serde_json::{json, Value};

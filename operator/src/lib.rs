@@ -1,32 +1,43 @@
 //! loki-zone-operator: a Kubernetes operator for Grafana Loki whose log streams are
 //! replicated across availability zones.
 //!
-//! A reconcile is a pipeline (`controller/reconcile.rs`): observe (a snapshot of the
-//! caches) → plan (pure: [`validate`], [`storage`], [`zones::check`], [`render::render`])
-//! → apply (server-side apply) → status (pure, then one write). `docs/architecture.md`
-//! names the file of each step.
+//! The crate is a stack of rooms (folders); a module imports only from its own room or
+//! from a room below it, and never in a circle (`tests/architecture.rs` checks both).
+//! Bottom to top:
+//!
+//! - [`model`]: the LokiStack API, names, conditions, defaults: the shared vocabulary.
+//! - [`checks`]: pure checks of what the cluster offers (zones, storage classes and
+//!   volumes, a pod's zone) and of the spec.
+//! - [`render`]: every Loki object, rendered from the templates and parsed into types.
+//! - [`telemetry`]: metrics and the health/metrics HTTP server.
+//! - [`caches`]: the one set of reflector caches of the process, outliving leadership.
+//! - [`observe`]: one stack's snapshot, read from the caches.
+//! - [`plan`]: pure decisions: what to apply, zone stages, rollouts, scale-downs,
+//!   recovery.
+//! - [`status`]: pure: the status a stack should show.
+//! - [`act`]: the writes: server-side apply, take-over, deletes, Events, status.
+//! - [`webhook`]: the admission webhooks every replica serves, and their registration.
+//! - [`reconcile`]: one reconcile (observe → plan → act → status), and its controller.
+//! - [`annotator`]: the pod zone annotator.
+//! - [`lead`]: `run`: leader election and the term that owns what only the leader does.
+//! - [`cli`]: the command line.
+//!
+//! `docs/architecture.md` draws the map.
 
-pub mod api;
+pub mod act;
+pub mod annotator;
+pub mod caches;
+pub mod checks;
 pub mod cli;
-pub mod conditions;
-pub mod controller;
-pub mod defaults;
-pub mod fields;
-pub mod go_compat;
-pub mod kinds;
-pub mod limits;
-pub mod names;
+pub mod lead;
+pub mod model;
+pub mod observe;
+pub mod plan;
+pub mod reconcile;
 pub mod render;
-pub mod storage;
-pub mod validate;
-pub mod volumes;
-pub mod waitzone;
+pub mod status;
+pub mod telemetry;
 pub mod webhook;
-pub mod zones;
 
-#[cfg(test)]
-mod config_reference_tests;
-#[cfg(test)]
-mod render_tests;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use loki_zone_operator::caches::scope::Scope;
+use loki_zone_operator::cli::waitzone;
 use loki_zone_operator::cli::{self, RenderRequest};
-use loki_zone_operator::controller::scope::Scope;
+use loki_zone_operator::model::duration;
 use loki_zone_operator::render::{self, ServerCapabilities, Settings};
-use loki_zone_operator::waitzone;
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
 
 /// Kubernetes operator for Grafana Loki replicated across availability zones.
@@ -42,7 +43,7 @@ impl ImageArgs {
 }
 
 fn parse_timeout(s: &str) -> Result<String, String> {
-    waitzone::parse_duration(s).map(|_| s.to_string())
+    duration::parse_duration(s).map(|_| s.to_string())
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -62,7 +63,7 @@ struct RunArgs {
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: std::net::SocketAddr,
     /// How often an unchanged stack is looked at again (it writes nothing then).
-    #[arg(long, env = "RESYNC", default_value = "5m", value_parser = waitzone::parse_duration)]
+    #[arg(long, env = "RESYNC", default_value = "5m", value_parser = duration::parse_duration)]
     resync: Duration,
     /// Elect a leader on a Lease, so that several replicas are safe.
     #[arg(long, env = "LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
@@ -84,7 +85,7 @@ struct RunArgs {
     watch_namespaces: Scope,
     /// How often the storage Secrets that stacks name are read again: the operator may
     /// only `get` Secrets by name, so a change is seen at the next read.
-    #[arg(long, env = "SECRET_POLL_INTERVAL", default_value = "10s", value_parser = waitzone::parse_duration)]
+    #[arg(long, env = "SECRET_POLL_INTERVAL", default_value = "10s", value_parser = duration::parse_duration)]
     secret_poll_interval: Duration,
     #[command(flatten)]
     webhook: WebhookArgs,
@@ -102,7 +103,7 @@ struct WebhookArgs {
     #[arg(long, env = "WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
     webhook_addr: std::net::SocketAddr,
     /// The Service the API server calls the webhook through (in the operator's namespace).
-    #[arg(long, env = "WEBHOOK_SERVICE", default_value = loki_zone_operator::names::WEBHOOK_SERVICE)]
+    #[arg(long, env = "WEBHOOK_SERVICE", default_value = loki_zone_operator::model::names::WEBHOOK_SERVICE)]
     webhook_service: String,
     /// Call the webhook at this base URL instead of the Service (an operator run outside
     /// the cluster), e.g. https://10.0.0.5:9443.
@@ -182,13 +183,13 @@ enum Command {
     /// Init container: wait until the pod's zone annotation is projected into FILE.
     WaitForZone {
         /// The downward-API file that mirrors the zone annotation.
-        #[arg(long, default_value_t = loki_zone_operator::names::zone_file_path())]
+        #[arg(long, default_value_t = loki_zone_operator::model::names::zone_file_path())]
         file: String,
         /// Give up after this long (e.g. 10m, 30s).
-        #[arg(long, default_value = render::DEFAULT_ZONE_WAIT_TIMEOUT, value_parser = waitzone::parse_duration)]
+        #[arg(long, default_value = render::DEFAULT_ZONE_WAIT_TIMEOUT, value_parser = duration::parse_duration)]
         timeout: Duration,
         /// How often to look at the file.
-        #[arg(long, default_value = "1s", value_parser = waitzone::parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = duration::parse_duration)]
         interval: Duration,
     },
 }
@@ -210,7 +211,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn run_operator(cfg: loki_zone_operator::controller::RunConfig) -> anyhow::Result<()> {
+fn run_operator(cfg: loki_zone_operator::lead::RunConfig) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -218,7 +219,7 @@ fn run_operator(cfg: loki_zone_operator::controller::RunConfig) -> anyhow::Resul
         let client = kube::Client::try_default()
             .await
             .map_err(|e| anyhow::anyhow!("cannot connect to Kubernetes: {e}"))?;
-        loki_zone_operator::controller::run(client, cfg).await?;
+        loki_zone_operator::lead::run(client, cfg).await?;
         Ok(())
     })
 }
@@ -232,29 +233,29 @@ impl RunArgs {
             .unwrap_or_else(|| {
                 format!(
                     "{}-{}",
-                    loki_zone_operator::names::CONTROLLER_NAME,
+                    loki_zone_operator::model::names::CONTROLLER_NAME,
                     std::process::id()
                 )
             })
     }
 
-    fn config(self) -> loki_zone_operator::controller::RunConfig {
+    fn config(self) -> loki_zone_operator::lead::RunConfig {
         let identity = self.identity();
         let webhook = self.webhook.config(&self.lease_namespace);
-        let leader =
-            self.leader_elect
-                .then(|| loki_zone_operator::controller::leader::LeaderConfig {
-                    namespace: self.lease_namespace,
-                    name: self.lease_name,
-                    identity: identity.clone(),
-                    // client-go's defaults: a holder that cannot renew for 10 s steps
-                    // down, 5 s before a standby may take over.
-                    lease_duration: Duration::from_secs(15),
-                    renew_deadline: Duration::from_secs(10),
-                    renew_every: Duration::from_secs(2),
-                    retry_every: Duration::from_secs(2),
-                });
-        loki_zone_operator::controller::RunConfig {
+        let leader = self
+            .leader_elect
+            .then(|| loki_zone_operator::lead::lease::LeaderConfig {
+                namespace: self.lease_namespace,
+                name: self.lease_name,
+                identity: identity.clone(),
+                // client-go's defaults: a holder that cannot renew for 10 s steps
+                // down, 5 s before a standby may take over.
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                renew_every: Duration::from_secs(2),
+                retry_every: Duration::from_secs(2),
+            });
+        loki_zone_operator::lead::RunConfig {
             settings: self.images.settings(),
             resync: self.resync,
             health_addr: self.health_addr,

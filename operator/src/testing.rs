@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use kube::api::ObjectMeta;
 
-use crate::api::{
+use crate::model::api::{
     LokiStack, LokiStackSize, LokiStackSpec, ManagementState, ObjectStorageSecretSpec,
     ObjectStorageSecretType, ObjectStorageSpec, ReplicationSpec, ZoneSpec,
 };

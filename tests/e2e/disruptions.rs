@@ -15,7 +15,7 @@ use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, EvictParams, GroupVersionKind};
-use loki_zone_operator::names;
+use loki_zone_operator::model::names;
 use loki_zone_operator_tests::client_without_retries;
 use loki_zone_operator_tests::harness::control_plane_bin;
 use loki_zone_operator_tests::nodesim::eventually;

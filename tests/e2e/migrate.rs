@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
-use loki_zone_operator::names;
+use loki_zone_operator::model::names;
 use loki_zone_operator_tests::nodesim::eventually;
 use loki_zone_operator_tests::{operator, repo_root};
 use serde_json::{json, Value};
@@ -43,7 +43,7 @@ async fn set_management(env: &Env, state: &str) -> Result<()> {
 }
 
 fn stack_resource() -> kube::api::ApiResource {
-    loki_zone_operator::controller::stacks::resource()
+    loki_zone_operator::caches::stacks::resource()
 }
 
 /// Rewrites an object's managed fields as the Go operator would have left them: what

@@ -12,7 +12,7 @@ use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use kube::api::{Api, ListParams, PostParams};
 use kube::ResourceExt;
-use loki_zone_operator::controller::caches::managed_selector;
+use loki_zone_operator::caches::reflectors::managed_selector;
 use loki_zone_operator_tests::bundle;
 use loki_zone_operator_tests::harness::write_kubeconfig;
 use loki_zone_operator_tests::nodesim::{eventually, ZONE};

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use loki_zone_operator::api::LokiStack;
+use loki_zone_operator::model::api::LokiStack;
 use loki_zone_operator_tests::harness::UNREACHABLE_TOLERATION;
 use loki_zone_operator_tests::nodesim::{eventually, ZONE};
 use serde_json::{json, Value};

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use loki_zone_operator::api::LokiStack;
+use loki_zone_operator::model::api::LokiStack;
 use loki_zone_operator_tests::nodesim::eventually;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;

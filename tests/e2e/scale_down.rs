@@ -19,8 +19,8 @@ use axum::Router;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use loki_zone_operator::api::LokiStack;
-use loki_zone_operator::names;
+use loki_zone_operator::model::api::LokiStack;
+use loki_zone_operator::model::names;
 use loki_zone_operator_tests::nodesim::eventually;
 use serde_json::json;
 

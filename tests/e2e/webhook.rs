@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
-use loki_zone_operator::names;
+use loki_zone_operator::model::names;
 use loki_zone_operator::webhook::certs;
 use loki_zone_operator_tests::harness::free_port;
 use loki_zone_operator_tests::nodesim::{eventually, ZONE};

@@ -16,8 +16,8 @@ use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use loki_zone_operator::api::{LokiStack, ZoneAwarenessStage};
-use loki_zone_operator::names;
+use loki_zone_operator::model::api::{LokiStack, ZoneAwarenessStage};
+use loki_zone_operator::model::names;
 use serde_json::json;
 
 use super::{

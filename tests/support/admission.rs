@@ -9,12 +9,12 @@
 
 use anyhow::{bail, Context, Result};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use loki_zone_operator::api::{
+use loki_zone_operator::model::api::{
     LokiStack, MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW, QUALIFIED_NAME_MAX_LEN,
     RULE_KEY_PREFIX_MSG, RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG,
     RULE_UNIQUE_KEYS_MSG,
 };
-use loki_zone_operator::names::MAX_STACK_NAME_LEN;
+use loki_zone_operator::model::names::MAX_STACK_NAME_LEN;
 use serde_json::{json, Value};
 
 use crate::repo_root;

@@ -31,7 +31,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use loki_zone_operator::names;
+use loki_zone_operator::model::names;
 use serde_json::json;
 use tokio::task::JoinHandle;
 

@@ -21,7 +21,7 @@ use rcgen::{
 };
 use time::OffsetDateTime;
 
-use crate::names;
+use crate::model::names;
 
 const CA_CRT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";

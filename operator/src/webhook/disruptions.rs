@@ -1,6 +1,6 @@
 //! The zone-disruption webhook at run time: gathers what [`eviction::decide`] needs for
-//! one `pods/eviction` review from the webhook's caches (and, for the zone of an
-//! ingester that cannot schedule, the leader's volume cache) and answers it.
+//! one `pods/eviction` review from the process's shared caches (the zone of an ingester
+//! that cannot schedule is the zone of its volumes) and answers it.
 //!
 //! A refusal carries HTTP 429, as a PodDisruptionBudget's does, so `kubectl drain` and
 //! the cluster autoscaler wait and retry instead of giving up.
@@ -18,13 +18,13 @@ use kube::ResourceExt;
 use tracing::{debug, info};
 
 use super::eviction::{Ingester, Review, Verdict};
-use super::serve::{reply, request, Hook};
-use crate::controller::metrics::Metrics;
-use crate::controller::podzone::{node_name, pod_keys, pod_zone_annotation};
-use crate::controller::stacks;
-use crate::defaults::Component;
-use crate::names;
-use crate::zones::{node_lost, volume_zone, zone_of};
+use super::review::{reply, request, Hook};
+use crate::caches::stacks;
+use crate::checks::podzone::{node_name, pod_keys, pod_zone_annotation};
+use crate::checks::zones::{node_lost, volume_zone, zone_of};
+use crate::model::defaults::Component;
+use crate::model::names;
+use crate::telemetry::metrics::Metrics;
 
 const TOO_MANY_REQUESTS: u16 = 429;
 
@@ -65,7 +65,7 @@ impl Hook {
             count("not_ours");
             return AdmissionResponse::from(req);
         };
-        let Some(volumes) = self.leader.volumes() else {
+        let Some(grants) = self.leader.grants() else {
             count("not_leader");
             return refuse(req, format!("this replica of the operator is not the leader (or is still starting), and only the leader decides evictions of the ingesters of zone-aware stacks; retry in a few seconds (evicting pod {namespace}/{})", req.name));
         };
@@ -76,7 +76,7 @@ impl Hook {
         };
         let ingesters: Vec<Ingester<'_>> = pods
             .iter()
-            .map(|p| self.ingester_view(p, &volumes))
+            .map(|p| self.ingester_view(p, &self.caches.volumes))
             .collect();
         let review = Review {
             namespace,
@@ -86,7 +86,7 @@ impl Hook {
             max_per_zone,
             dry_run: req.dry_run,
         };
-        let verdict = self.grants.decide_and_record(&review, ingesters);
+        let verdict = grants.decide_and_record(&review, ingesters);
         match verdict {
             Verdict::Allow { zone } => {
                 count("allowed");
@@ -113,13 +113,17 @@ impl Hook {
         namespace: &str,
         name: &str,
     ) -> Option<(std::sync::Arc<Pod>, String, Option<usize>)> {
-        let pod = self.pods.get(&ObjectRef::new(name).within(namespace))?;
+        let pod = self
+            .caches
+            .zone_aware_pods
+            .get(&ObjectRef::new(name).within(namespace))?;
         let (stack, component) = stack_and_component(&pod)?;
         if component != Component::Ingester.name() {
             return None;
         }
         let stack = stack.to_string();
         let obj = self
+            .caches
             .stacks
             .get(&ObjectRef::new_with(&stack, stacks::resource()).within(namespace))?;
         if !stacks::is_zone_aware(&obj) {
@@ -135,7 +139,7 @@ impl Hook {
 
     /// The stack's ingesters from the webhook's cache of zone-aware pods, sorted by name.
     fn stack_ingesters(&self, namespace: &str, stack: &str) -> Vec<std::sync::Arc<Pod>> {
-        let mut pods = self.pods.state_filter(|p| {
+        let mut pods = self.caches.zone_aware_pods.state_filter(|p| {
             p.metadata.namespace.as_deref() == Some(namespace)
                 && stack_and_component(p) == Some((stack, Component::Ingester.name()))
         });
@@ -148,7 +152,7 @@ impl Hook {
     fn ingester_view<'a>(&self, pod: &'a Pod, volumes: &Store<PersistentVolume>) -> Ingester<'a> {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let keys: Vec<String> = pod_keys(pod).into_iter().map(str::to_string).collect();
-        let node = node_name(pod).map(|n| self.nodes.get(&ObjectRef::new(n)));
+        let node = node_name(pod).map(|n| self.caches.nodes.get(&ObjectRef::new(n)));
         let node_zone = || {
             let node = node.clone().flatten()?;
             zone_of(

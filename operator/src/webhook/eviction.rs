@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::conditions::PodPhase;
-use crate::controller::podzone::node_name;
-use crate::controller::status::pod_phase;
+use crate::checks::podzone::node_name;
+use crate::model::conditions::pod_phase;
+use crate::model::conditions::PodPhase;
 
 /// Why an ingester counts as unavailable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //! pod's zone to the Binding, so kube-apiserver writes it onto the pod in the same update
 //! that binds it (no extra write, no wait for the annotator).
 //!
-//! Every replica serves it, leader or not, from its own caches of nodes and zone-aware
-//! pods; the leader keeps its configuration current ([`registration`]). The pod annotator
+//! Every replica serves it, leader or not, from the process's shared caches of nodes and
+//! zone-aware pods; the leader keeps its configuration current ([`registration`]). The pod annotator
 //! stays the fallback for every pod the webhook could not zone: it then finds the zone
 //! already set and does nothing. `docs/zone-aware-replication.md` gives the design and
 //! its failure modes.
@@ -17,6 +17,7 @@ pub mod certs;
 pub mod disruptions;
 pub mod eviction;
 pub mod registration;
+pub mod review;
 pub mod serve;
 pub mod tls;
 

@@ -28,10 +28,10 @@ use std::fmt::Debug;
 use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
-use crate::controller::metrics::Metrics;
-use crate::controller::stacks::is_zone_aware;
-use crate::defaults::Component;
-use crate::names;
+use crate::caches::stacks::is_zone_aware;
+use crate::model::defaults::Component;
+use crate::model::names;
+use crate::telemetry::metrics::Metrics;
 
 /// The API server gives up on the webhook after this long and binds the pod anyway.
 pub const TIMEOUT_SECONDS: i32 = 2;
@@ -415,6 +415,16 @@ fn covered_by<C: Registered>(c: &C) -> BTreeSet<String> {
         .collect()
 }
 
+/// The coverage of the webhooks the leader keeps, for the reconciler.
+#[derive(Clone, Default)]
+pub struct WebhookCoverage {
+    /// Namespaces whose pods are zoned at bind; `None` when the operator does not
+    /// register that webhook (switched off, or OLM's).
+    pub bind: Option<Coverage>,
+    /// Namespaces whose ingester evictions the zone-disruption webhook decides.
+    pub disruptions: Option<Coverage>,
+}
+
 /// What the leader needs to keep a configuration.
 pub struct Keeper {
     pub client: Client,
@@ -438,7 +448,7 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
     // Until the stacks are listed the configuration would cover no namespace: applying it
     // then would send a new leader's first bindings past the webhook (and, for the
     // disruption webhook, drop its guard for a moment).
-    if !crate::controller::caches::synced("stacks (webhook configuration)", &k.stacks).await {
+    if !crate::caches::reflectors::synced("stacks (webhook configuration)", &k.stacks).await {
         return;
     }
     loop {

@@ -1,26 +1,22 @@
-//! The webhook at run time, in every replica: its caches, its certificate, and the HTTPS
-//! handlers that answer `pods/binding` reviews (and `pods/eviction` ones, in
+//! The webhook at run time, in every replica: its certificate, and the HTTPS handlers that answer `pods/binding` reviews (and `pods/eviction` ones, in
 //! [`disruptions`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{Binding, Node, PersistentVolume, Pod, Secret};
-use kube::api::DynamicObject;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{Binding, Pod, Secret};
 use kube::api::{Api, PostParams};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
@@ -30,14 +26,13 @@ use tracing::{debug, info, warn};
 use super::binding::{self, BindDecision};
 use super::certs::{self, CertAction, Certs, LIFETIMES};
 use super::disruptions;
-use super::eviction::Grants;
+use super::review::{reply, request, Hook, LeaderView};
 use super::tls::{self, CertSlot};
 use super::{WebhookConfig, WebhookMode};
-use crate::controller::caches::{self, synced};
-use crate::controller::metrics::Metrics;
-use crate::controller::scope::{self, Scope};
-use crate::controller::stacks;
-use crate::names;
+use crate::caches::reflectors::{synced, Caches};
+use crate::caches::stacks;
+use crate::model::names;
+use crate::telemetry::metrics::Metrics;
 
 /// How often the certificate is read again (a rotation by another replica, or new
 /// files from OLM, is served within this long).
@@ -58,54 +53,12 @@ pub struct Served {
     pub leader: LeaderView,
 }
 
-/// What only the leader holds, for the zone-disruption webhook: its term's volume cache
-/// (the zone of an ingester that cannot schedule is the zone of its volumes) and whether
-/// that cache is synced. Only the leader decides evictions, from one memory of the
-/// evictions it allowed, so two replicas never allow two zones at once.
-#[derive(Clone, Default)]
-pub struct LeaderView(Arc<RwLock<Option<Term>>>);
-
-/// The leader's volume cache, and whether it is synced.
-type Term = (Store<PersistentVolume>, Arc<AtomicBool>);
-
-impl LeaderView {
-    pub fn lead(&self, volumes: Store<PersistentVolume>, synced: Arc<AtomicBool>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some((volumes, synced));
-    }
-
-    pub fn step_down(&self) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = None;
-    }
-
-    /// The volume cache, while this replica leads and its caches are synced.
-    pub(super) fn volumes(&self) -> Option<Store<PersistentVolume>> {
-        let held = self.0.read().unwrap_or_else(|e| e.into_inner());
-        held.as_ref()
-            .filter(|(_, synced)| synced.load(Ordering::Relaxed))
-            .map(|(v, _)| v.clone())
-    }
-}
-
-#[derive(Clone)]
-pub(super) struct Hook {
-    pub(super) pods: Store<Pod>,
-    pub(super) nodes: Store<Node>,
-    /// Which namespaces hold a zone-aware stack: a pod the pod cache lacks is read from
-    /// the API server only there (with OLM's AllNamespaces install every binding of the
-    /// cluster reaches the webhook).
-    pub(super) stacks: Store<DynamicObject>,
-    client: Client,
-    pub(super) metrics: Arc<Metrics>,
-    pub(super) leader: LeaderView,
-    pub(super) grants: Arc<Grants>,
-}
-
 /// Binds the webhook port (an error here is the operator's to report at start) and starts
 /// everything the webhook needs. `Off` starts nothing.
 pub async fn start(
     client: &Client,
     cfg: &WebhookConfig,
-    scope: &Scope,
+    caches: &Caches,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<Served> {
     let (bundle_tx, ca_bundle) = watch::channel(None);
@@ -122,14 +75,18 @@ pub async fn start(
         });
     };
     let listener = tokio::net::TcpListener::bind(cfg.addr).await?;
-    let (hook, mut tasks) = caches_for(client, scope, metrics);
+    let hook = Hook {
+        caches: caches.clone(),
+        client: client.clone(),
+        metrics,
+        leader: LeaderView::default(),
+    };
     let leader = hook.leader.clone();
-    tasks.push(tokio::spawn(mark_ready(
-        hook.nodes.clone(),
-        hook.pods.clone(),
+    let mut tasks = vec![tokio::spawn(mark_ready(
+        caches.clone(),
         slot.clone(),
         ready.clone(),
-    )));
+    ))];
     let mut router = Router::new().route(names::WEBHOOK_PATH_ZONE_AT_BIND, post(zone_at_bind));
     if cfg.disruptions {
         router = router.route(
@@ -170,93 +127,18 @@ fn cert_keeper(
     }
 }
 
-/// The webhook's own caches (every replica has them, leader or not): nodes, zone-aware
-/// pods, and LokiStacks.
-fn caches_for(
-    client: &Client,
-    scope: &Scope,
-    metrics: Arc<Metrics>,
-) -> (Hook, Vec<JoinHandle<()>>) {
-    let (nodes, node_task) = caches::spawn_typed(
-        vec![(None, Api::all(client.clone()))],
-        watcher::Config::default(),
-        caches::strip_node,
-        |_| {},
-    );
-    let selector = format!(
-        "{}={}",
-        names::LABEL_ZONE_AWARE,
-        names::LABEL_ZONE_AWARE_VALUE
-    );
-    let (pods, pod_task) = caches::spawn_typed(
-        scope.watches(
-            || Api::all(client.clone()),
-            |ns| Api::namespaced(client.clone(), ns),
-        ),
-        watcher::Config::default().labels(&selector),
-        caches::strip_pod,
-        |_| {},
-    );
-    let resource = stacks::resource();
-    let (stacks, stack_events) = scope::reflect(
-        scope.watches(
-            || Api::all_with(client.clone(), &resource),
-            |ns| Api::namespaced_with(client.clone(), ns, &resource),
-        ),
-        watcher::Config::default(),
-        |_| {},
-        resource.clone(),
-    );
-    let stack_task = tokio::spawn(stack_events.for_each(|_| futures::future::ready(())));
-    let hook = Hook {
-        pods,
-        nodes,
-        stacks,
-        client: client.clone(),
-        metrics,
-        leader: LeaderView::default(),
-        grants: Arc::new(Grants::default()),
-    };
-    (hook, vec![node_task, pod_task, stack_task])
-}
-
-async fn mark_ready(
-    nodes: Store<Node>,
-    pods: Store<Pod>,
-    slot: Arc<CertSlot>,
-    ready: Arc<AtomicBool>,
-) {
-    if !(synced("webhook nodes", &nodes).await & synced("webhook zone-aware pods", &pods).await) {
+/// Ready once the shared caches it reads have synced and a certificate is loaded.
+async fn mark_ready(caches: Caches, slot: Arc<CertSlot>, ready: Arc<AtomicBool>) {
+    let nodes = synced("nodes", &caches.nodes).await;
+    let pods = synced("zone-aware pods", &caches.zone_aware_pods).await;
+    let stacks = synced("lokistacks", &caches.stacks).await;
+    if !(nodes && pods && stacks) {
         return;
     }
     while !slot.is_set() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     ready.store(true, Ordering::Relaxed);
-}
-
-/// The request of an AdmissionReview, or the response for a body that is not one.
-pub(super) fn request<T>(body: &[u8]) -> Result<AdmissionRequest<T>, Box<Response>>
-where
-    T: kube::Resource + serde::de::DeserializeOwned,
-{
-    let review: AdmissionReview<T> = serde_json::from_slice(body).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("not an AdmissionReview: {e}"),
-        )
-            .into_response()
-    })?;
-    review
-        .try_into()
-        .map_err(|e| Box::new(reply(AdmissionResponse::invalid(e))))
-}
-
-pub(super) fn reply(response: AdmissionResponse) -> Response {
-    match serde_json::to_vec(&response.into_review()) {
-        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
 }
 
 async fn zone_at_bind(State(hook): State<Hook>, body: Bytes) -> Response {
@@ -284,7 +166,11 @@ impl Hook {
             .name
             .clone()
             .unwrap_or_else(|| req.name.clone());
-        let pod = match self.pods.get(&ObjectRef::new(&name).within(&namespace)) {
+        let pod = match self
+            .caches
+            .zone_aware_pods
+            .get(&ObjectRef::new(&name).within(&namespace))
+        {
             Some(p) => Some(p),
             None if self.holds_zone_aware_stack(&namespace) => {
                 self.read_pod(&namespace, &name).await.map(Arc::new)
@@ -294,7 +180,8 @@ impl Hook {
                 return allowed;
             }
         };
-        let node = binding::target_node(binding).and_then(|n| self.nodes.get(&ObjectRef::new(n)));
+        let node =
+            binding::target_node(binding).and_then(|n| self.caches.nodes.get(&ObjectRef::new(n)));
         let decision = binding::decide(binding, pod.as_deref(), node.as_deref());
         Metrics::count(&self.metrics.webhook_bindings, decision.result(), 1);
         let BindDecision::Zone(zone) = decision else {
@@ -317,7 +204,8 @@ impl Hook {
     }
 
     fn holds_zone_aware_stack(&self, namespace: &str) -> bool {
-        self.stacks
+        self.caches
+            .stacks
             .state()
             .iter()
             .any(|s| s.namespace().as_deref() == Some(namespace) && stacks::is_zone_aware(s))

@@ -76,7 +76,7 @@ async fn demo(dir: &Path) -> Result<()> {
     use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret};
     use kube::api::{Api, ListParams, PostParams};
     use kube::ResourceExt;
-    use loki_zone_operator::api::LokiStack;
+    use loki_zone_operator::model::api::LokiStack;
     use loki_zone_operator_tests::nodesim::{eventually, ZONE};
 
     println!("starting a Kubernetes 1.20 control plane with 6 simulated nodes in 3 zones ...");

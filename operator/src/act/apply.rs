@@ -1,0 +1,347 @@
+//! Apply: server-side apply of a stack's children under one field manager, and removal of
+//! children the stack no longer renders.
+//!
+//! Idle is free: the applier remembers, per object, the hash of what it last applied and
+//! the version the server gave back. An object whose desired state is unchanged and whose
+//! cached version still matches is not sent again, so a resync in which nothing changed
+//! writes nothing. An edit or deletion by someone else changes the cached version (or
+//! removes the object), and the next reconcile applies it again.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+
+use futures::stream::{self, StreamExt};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy,
+};
+use kube::Client;
+use serde_json::Value;
+
+use crate::act::takeover::{self, TakeOverError};
+use crate::model::conditions::Reason;
+use crate::model::names;
+use crate::observe::{version_of, Snapshot};
+use crate::render::kinds::ChildKind;
+use crate::render::{Child, ServerCapabilities};
+
+/// Applies of one stack in flight at once: a new 1x.demo stack has 25 children after
+/// its ServiceAccount and ConfigMap. Bounded so that one stack's apply cannot crowd out
+/// the API server's other clients.
+pub const APPLY_IN_FLIGHT: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("cannot serialise {kind} {name}: {source}")]
+    Serialize {
+        kind: ChildKind,
+        name: String,
+        source: serde_json::Error,
+    },
+    #[error("server-side apply of {kind} {name} failed: {source}")]
+    Apply {
+        kind: ChildKind,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("{kind} {name} already exists and is not this stack's ({owner}); the operator leaves it untouched. Rename or delete that {kind}, or rename the LokiStack")]
+    NameConflict {
+        kind: ChildKind,
+        name: String,
+        /// Who controls it, as far as its metadata says.
+        owner: String,
+    },
+    #[error("cannot read {kind} {name} to check who owns it: {source}")]
+    Read {
+        kind: ChildKind,
+        name: String,
+        source: kube::Error,
+    },
+    #[error(
+        "taking over {kind} {name} from the Go Loki Operator's field manager failed: {source}"
+    )]
+    TakeOver {
+        kind: ChildKind,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("removing {kind} {name}, which the stack no longer renders, failed: {source}")]
+    Delete {
+        kind: ChildKind,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+impl ApplyError {
+    fn taking_over(kind: ChildKind, name: &str, e: TakeOverError) -> ApplyError {
+        let name = name.to_string();
+        match e {
+            TakeOverError::Read(source) => ApplyError::Read { kind, name, source },
+            TakeOverError::Write(source) => ApplyError::TakeOver { kind, name, source },
+        }
+    }
+
+    /// The Degraded condition's reason.
+    pub fn reason(&self) -> Reason {
+        match self {
+            ApplyError::NameConflict { .. } => Reason::NameConflict,
+            _ => Reason::ApplyFailed,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Applied {
+    hash: u64,
+    /// [`version_of`] the object the server returned.
+    version: String,
+}
+
+/// Never adopt: an object of the child's name that exists without this stack's
+/// controller owner reference (a user's ConfigMap, another stack's Service) is not ours to
+/// take over, and a forced apply would. Only called for names the caches do not show as
+/// ours, so a steady state costs no reads.
+async fn check_not_foreign(
+    api: &Api<DynamicObject>,
+    kind: ChildKind,
+    name: &str,
+    stack_uid: &str,
+) -> Result<(), ApplyError> {
+    let existing = api
+        .get_metadata_opt(name)
+        .await
+        .map_err(|source| ApplyError::Read {
+            kind,
+            name: name.to_string(),
+            source,
+        })?;
+    let Some(existing) = existing else {
+        return Ok(());
+    };
+    let owners = existing.metadata.owner_references.unwrap_or_default();
+    let controller = owners.iter().find(|o| o.controller == Some(true));
+    match controller {
+        Some(o) if o.uid == stack_uid => Ok(()),
+        Some(o) => Err(ApplyError::NameConflict {
+            kind,
+            name: name.to_string(),
+            owner: format!("controlled by {} {}", o.kind, o.name),
+        }),
+        None => Err(ApplyError::NameConflict {
+            kind,
+            name: name.to_string(),
+            owner: "no controller owner".into(),
+        }),
+    }
+}
+
+fn hash_json(v: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    h.finish()
+}
+
+type StackKey = (String, String);
+/// (namespace, stack) → (kind, name) → what was applied.
+type Memory = HashMap<StackKey, HashMap<(ChildKind, String), Applied>>;
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub applied: usize,
+    pub unchanged: usize,
+    pub pruned: usize,
+}
+
+pub struct Applier {
+    client: Client,
+    caps: ServerCapabilities,
+    memory: Mutex<Memory>,
+}
+
+impl Applier {
+    pub fn new(client: Client, caps: ServerCapabilities) -> Self {
+        Applier {
+            client,
+            caps,
+            memory: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        // A panic while holding the lock leaves the map consistent (every write is one
+        // insert or remove), so a poisoned lock is still usable.
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn api(&self, namespace: &str, kind: ChildKind) -> (Api<DynamicObject>, ApiResource) {
+        let resource = kind.resource(&self.caps);
+        let api = Api::namespaced_with(self.client.clone(), namespace, &resource);
+        (api, resource)
+    }
+
+    /// Drops what was remembered for a stack (it was deleted or set Unmanaged).
+    pub fn forget(&self, namespace: &str, stack: &str) {
+        self.memory()
+            .remove(&(namespace.to_string(), stack.to_string()));
+    }
+
+    /// Drops what was remembered for stacks that no longer exist. A stack deleted without
+    /// a finalizer is never reconciled again, so this runs on every reconcile.
+    pub fn retain(&self, live: &HashSet<StackKey>) {
+        self.memory().retain(|k, _| live.contains(k));
+    }
+
+    /// Applies every child, skipping those whose desired state and server version are
+    /// unchanged since the last apply; then removes `stale`. The ServiceAccount and the
+    /// ConfigMap go first, since every pod needs both; the other children then go
+    /// together, [`APPLY_IN_FLIGHT`] at a time, so a new stack costs a few round trips
+    /// instead of two per object. A failure stops before the next wave and before any
+    /// removal; the error returned is the first in render order.
+    pub async fn apply(
+        &self,
+        snapshot: &Snapshot,
+        children: &[Child],
+        stale: &[(ChildKind, String)],
+    ) -> Result<ApplyReport, ApplyError> {
+        let key = (snapshot.namespace.clone(), snapshot.name.clone());
+        let mut report = ApplyReport::default();
+        let (first, rest): (Vec<&Child>, Vec<&Child>) = children.iter().partition(|c| {
+            matches!(
+                ChildKind::of(c),
+                ChildKind::ServiceAccount | ChildKind::ConfigMap
+            )
+        });
+        for wave in [first, rest] {
+            // Built before the stream rather than by a closure inside it: a closure over
+            // borrowed children there fails the higher-ranked lifetime check that the
+            // controller's Send bound brings.
+            let pending: Vec<_> = wave
+                .into_iter()
+                .map(|child| self.apply_one(&key, snapshot, child))
+                .collect();
+            let results: Vec<Result<bool, ApplyError>> = stream::iter(pending)
+                .buffered(APPLY_IN_FLIGHT)
+                .collect()
+                .await;
+            for sent in results {
+                if sent? {
+                    report.applied += 1;
+                } else {
+                    report.unchanged += 1;
+                }
+            }
+        }
+        for (kind, name) in stale {
+            if self.delete(&key, *kind, name).await? {
+                report.pruned += 1;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Server-side applies one child unless it is known unchanged; true if it was sent.
+    async fn apply_one(
+        &self,
+        key: &StackKey,
+        snapshot: &Snapshot,
+        child: &Child,
+    ) -> Result<bool, ApplyError> {
+        let kind = ChildKind::of(child);
+        let name = child.name().to_string();
+        let (api, resource) = self.api(&key.0, kind);
+        let mut json = child.to_json().map_err(|source| ApplyError::Serialize {
+            kind,
+            name: name.clone(),
+            source,
+        })?;
+        // The rendered type may be newer than what the server serves (policy/v1beta1
+        // PodDisruptionBudgets before 1.21; the fields are the same).
+        json["apiVersion"] = Value::String(resource.api_version.clone());
+        let hash = hash_json(&json);
+        let id = (kind, name);
+        let server = snapshot.children.get(&id);
+        let remembered = self.memory().get(key).and_then(|m| m.get(&id)).cloned();
+        if let (Some(last), Some(now)) = (remembered, server) {
+            // Another writer's fields on an unchanged object change neither our hash nor
+            // its generation: only the cache's marks tell that a take-over is due.
+            if last.hash == hash && last.version == now.version && !now.written_by_go {
+                return Ok(false);
+            }
+        }
+        match server {
+            None => check_not_foreign(&api, kind, &id.1, &snapshot.uid).await?,
+            Some(s) if s.written_by_go => {
+                takeover::take_over(&api, kind, &id.1, &resource.api_version)
+                    .await
+                    .map_err(|e| ApplyError::taking_over(kind, &id.1, e))?
+            }
+            Some(_) => {}
+        }
+        let params = PatchParams::apply(names::FIELD_MANAGER).force();
+        let result = api
+            .patch(&id.1, &params, &Patch::Apply(&json))
+            .await
+            .map_err(|source| ApplyError::Apply {
+                kind,
+                name: id.1.clone(),
+                source,
+            })?;
+        let applied = Applied {
+            hash,
+            version: version_of(&result.metadata),
+        };
+        self.memory()
+            .entry(key.clone())
+            .or_default()
+            .insert(id, applied);
+        Ok(true)
+    }
+
+    /// Deletes a child the stack no longer renders (such as the ruler after it is
+    /// disabled); true if it was there. Only kinds `render` produces ever get here, so
+    /// PersistentVolumeClaims are never touched.
+    async fn delete(
+        &self,
+        key: &StackKey,
+        kind: ChildKind,
+        name: &str,
+    ) -> Result<bool, ApplyError> {
+        let (api, _) = self.api(&key.0, kind);
+        let dp = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        let deleted = match api.delete(name, &dp).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(e)) if e.code == 404 => false,
+            Err(source) => {
+                return Err(ApplyError::Delete {
+                    kind,
+                    name: name.to_string(),
+                    source,
+                })
+            }
+        };
+        if let Some(m) = self.memory().get_mut(key) {
+            m.remove(&(kind, name.to_string()));
+        }
+        Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_json_hashes_equal() {
+        let a = serde_json::json!({"a": 1, "b": [1, 2]});
+        assert_eq!(hash_json(&a), hash_json(&a.clone()));
+        assert_ne!(
+            hash_json(&a),
+            hash_json(&serde_json::json!({"a": 2, "b": [1, 2]}))
+        );
+    }
+}

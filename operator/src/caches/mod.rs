@@ -1,0 +1,10 @@
+//! The reflector caches of the process: one per kind, started once, outliving every
+//! leadership term, read by the reconciler, the annotator and the webhooks alike. Each
+//! object is cached once per process ([`reflectors::Caches`]).
+
+pub mod reflectors;
+pub mod scope;
+pub mod secrets;
+pub mod stacks;
+pub mod strip;
+pub mod taps;

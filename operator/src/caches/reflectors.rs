@@ -1,0 +1,507 @@
+//! The reflector caches of the process, and what their changes trigger.
+//!
+//! They start once, before any leadership term, and outlive every term: the webhooks
+//! of every replica, the annotator and the reconciler of the leader all read the same
+//! stores, so each object is cached once per process, and a standby that takes over
+//! has a warm view at once. Each cache strips what the operator never reads before it
+//! is stored (`strip.rs`). Every change maps to the stacks it concerns and goes to the
+//! taps a term attaches to (`taps.rs`).
+//!
+//! Namespaced kinds are watched in the namespaces of the [`Scope`] only (one store per
+//! kind, fed by one watch per namespace: see `scope.rs`); Secrets are not watched at
+//! all but read by name (`secrets.rs`).
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::caches::scope::{self, Scope};
+use crate::caches::secrets::SecretReader;
+use crate::caches::stacks::{is_zone_aware as is_stack_zone_aware, resource, stack_ref, StackRef};
+use crate::caches::strip::{
+    keep_markers, node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class,
+    strip_volume,
+};
+use crate::caches::taps::{PodChange, Taps};
+use crate::model::names;
+use crate::render::kinds::ChildKind;
+use crate::render::ServerCapabilities;
+
+/// The label selector of everything the operator creates.
+pub fn managed_selector() -> String {
+    format!(
+        "{}={},{}={}",
+        names::LABEL_NAME,
+        names::LABEL_NAME_VALUE,
+        names::LABEL_MANAGED_BY,
+        names::LABEL_CONTROLLER_VALUE
+    )
+}
+
+pub type ChildStore = Store<PartialObjectMeta<DynamicObject>>;
+
+/// The caches a reconcile reads. Each object is cached once: the pod annotator and the
+/// status step read the same pod cache, the zone check and the annotator the same nodes.
+#[derive(Clone)]
+pub struct Caches {
+    /// LokiStacks as stored, decoded one by one in the reconcile (see `stacks.rs`).
+    pub stacks: Store<DynamicObject>,
+    pub nodes: Store<Node>,
+    /// The storage Secrets stacks name, read by name (`secrets.rs`), stripped.
+    pub secrets: Store<Secret>,
+    /// What reads them: on a stack's first trigger, and on every poll of the leader.
+    pub secret_reader: SecretReader,
+    /// StorageClasses: name, default annotation and binding mode.
+    pub storage_classes: Store<StorageClass>,
+    /// PersistentVolumes: the claim each is bound to and the zone it is pinned to.
+    pub volumes: Store<PersistentVolume>,
+    /// Pods labelled `loki.grafana.com/zone-aware=enabled`.
+    pub zone_aware_pods: Store<Pod>,
+    /// The other pods of stacks (label `app.kubernetes.io/name=lokistack`).
+    pub other_pods: Store<Pod>,
+    /// The StatefulSets the operator created: their metadata (as every child's), and the
+    /// replicas, update strategy and revisions the zone-by-zone rollout reads.
+    pub statefulsets: Store<StatefulSet>,
+    /// Metadata of what the operator created, per kind, as this server serves it; all
+    /// kinds but StatefulSets, which are in `statefulsets`.
+    pub children: Vec<(ChildKind, ApiResource, ChildStore)>,
+}
+
+impl Caches {
+    /// The pods of one stack, by its instance label, from both pod stores.
+    pub fn stack_pods(&self, namespace: &str, stack: &str) -> Vec<Arc<Pod>> {
+        let of_stack = |p: &Pod| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.labels().get(names::LABEL_INSTANCE).map(String::as_str) == Some(stack)
+                && p.labels().get(names::LABEL_NAME).map(String::as_str)
+                    == Some(names::LABEL_NAME_VALUE)
+        };
+        let mut pods = self.zone_aware_pods.state_filter(of_stack);
+        pods.extend(self.other_pods.state_filter(of_stack));
+        pods
+    }
+
+    /// One pod of a stack by name, from either pod store.
+    pub fn stack_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        let r = ObjectRef::new(name).within(namespace);
+        self.zone_aware_pods
+            .get(&r)
+            .or_else(|| self.other_pods.get(&r))
+    }
+
+    pub async fn wait_until_ready(&self) -> bool {
+        let mut ok = synced("lokistacks", &self.stacks).await
+            & synced("nodes", &self.nodes).await
+            & synced("secrets", &self.secrets).await
+            & synced("storage classes", &self.storage_classes).await
+            & synced("persistent volumes", &self.volumes).await
+            & synced("zone-aware pods", &self.zone_aware_pods).await
+            & synced("pods", &self.other_pods).await
+            & synced("statefulsets", &self.statefulsets).await;
+        for (kind, _, s) in &self.children {
+            ok &= synced(kind.as_str(), s).await;
+        }
+        ok
+    }
+}
+
+/// Waits for a store's first full list. kube-runtime's readiness signal wakes only one
+/// waiter, and the controller's runner already waits on the LokiStack store, so this
+/// polls again every 200 ms rather than relying on being woken.
+pub async fn synced<K>(name: &str, store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    loop {
+        if let Ok(result) = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            store.wait_until_ready(),
+        )
+        .await
+        {
+            tracing::debug!(cache = name, ok = result.is_ok(), "cache synced");
+            return result.is_ok();
+        }
+    }
+}
+
+/// The stacks that pass `filter`, as trigger refs.
+fn stack_refs(
+    stacks: &Store<DynamicObject>,
+    filter: impl Fn(&DynamicObject) -> bool,
+) -> Vec<StackRef> {
+    stacks
+        .state()
+        .iter()
+        .filter(|s| filter(s))
+        .map(|s| ObjectRef::from_obj_with(s.as_ref(), resource()))
+        .collect()
+}
+
+pub(crate) fn spawn_typed<K>(
+    watches: Vec<(Option<String>, Api<K>)>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, stream) = scope::reflect(watches, config, strip, ());
+    let handle = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(ev) => {
+                    if matches!(ev, watcher::Event::InitDone) {
+                        tracing::debug!(kind = K::kind(&()).as_ref(), "listed");
+                    }
+                    on_event(&ev)
+                }
+                Err(e) => {
+                    warn!(kind = K::kind(&()).as_ref(), error = %e, "watch error; retrying with backoff")
+                }
+            }
+        }
+    });
+    (reader, handle)
+}
+
+/// The one watch of a cluster-scoped kind.
+fn cluster<K>(client: &Client) -> Vec<(Option<String>, Api<K>)>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>,
+{
+    vec![(None, Api::all(client.clone()))]
+}
+
+/// What the caches are built from: the server, what it serves, and where the operator
+/// acts.
+pub struct Sources<'a> {
+    pub client: &'a Client,
+    pub capabilities: &'a ServerCapabilities,
+    pub scope: &'a Scope,
+}
+
+/// Starts every cache, once per process; their changes go to `taps`, to whichever term
+/// listens. Namespaced kinds are watched in the scope's namespaces only; nodes, volumes
+/// and classes cluster-wide (read-only). The tasks run until the process ends.
+pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
+    let (client, scope) = (src.client, src.scope);
+    let (stacks, stack_task) = watch_stacks(client, scope, taps);
+    let (nodes, node_task) = watch_nodes(client, stacks.clone(), taps);
+    let (storage_classes, class_task) = watch_storage_classes(client, stacks.clone(), taps);
+    let (volumes, volume_task) = watch_volumes(client, stacks.clone(), taps);
+    let (zone_aware_pods, zone_aware_task) = watch_pods(client, scope, taps, true);
+    let (other_pods, other_task) = watch_pods(client, scope, taps, false);
+    let (statefulsets, statefulset_task) = watch_statefulsets(client, scope, taps);
+    let mut tasks = vec![
+        stack_task,
+        node_task,
+        class_task,
+        volume_task,
+        zone_aware_task,
+        other_task,
+        statefulset_task,
+    ];
+    let mut children = Vec::new();
+    // StatefulSets are cached once, typed (`statefulsets`): the rollout needs more than
+    // their metadata, and the apply step reads that store for them.
+    for kind in ChildKind::ALL
+        .into_iter()
+        .filter(|k| *k != ChildKind::StatefulSet)
+    {
+        let resource = kind.resource(src.capabilities);
+        let (store, task) = watch_children(client, scope, kind, resource.clone(), taps);
+        tasks.push(task);
+        children.push((kind, resource, store));
+    }
+    let secret_reader = SecretReader::new(client.clone());
+    let caches = Caches {
+        stacks,
+        nodes,
+        secrets: secret_reader.store(),
+        secret_reader,
+        storage_classes,
+        volumes,
+        zone_aware_pods,
+        other_pods,
+        statefulsets,
+        children,
+    };
+    (caches, tasks)
+}
+
+/// LokiStacks, untyped (so that one stored object that does not decode stops only
+/// itself), one watch per namespace of the scope. A stack's change re-runs it.
+fn watch_stacks(
+    client: &Client,
+    scope: &Scope,
+    taps: &Taps,
+) -> (Store<DynamicObject>, JoinHandle<()>) {
+    let api_resource = resource();
+    let watches = scope.watches(
+        || Api::all_with(client.clone(), &api_resource),
+        |ns| Api::namespaced_with(client.clone(), ns, &api_resource),
+    );
+    let config = watcher::Config::default();
+    let (store, events) = scope::reflect(watches, config, |_| {}, api_resource);
+    let tap = taps.stacks.clone();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(events);
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
+                    tap.send(ObjectRef::from_obj_with(&s, resource()));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(kind = names::KIND, error = %e, "watch error; retrying with backoff")
+                }
+            }
+        }
+    });
+    (store, task)
+}
+
+/// Nodes: a change of zone inputs (labels, taints, cordon, readiness; not heartbeats)
+/// re-checks every zone-aware stack and re-runs the annotator for the node's pods.
+fn watch_nodes(
+    client: &Client,
+    stacks: Store<DynamicObject>,
+    taps: &Taps,
+) -> (Store<Node>, JoinHandle<()>) {
+    let (stack_tx, node_tx) = (taps.stacks.clone(), taps.nodes.clone());
+    let mut fingerprints: HashMap<String, u64> = HashMap::new();
+    spawn_typed(
+        cluster::<Node>(client),
+        watcher::Config::default(),
+        strip_node,
+        move |ev| {
+            let changed = match ev {
+                watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                    let fp = node_fingerprint(n);
+                    fingerprints.insert(n.name_any(), fp) != Some(fp)
+                }
+                watcher::Event::Delete(n) => fingerprints.remove(&n.name_any()).is_some(),
+                watcher::Event::Init | watcher::Event::InitDone => false,
+            };
+            let (watcher::Event::Apply(n)
+            | watcher::Event::InitApply(n)
+            | watcher::Event::Delete(n)) = ev
+            else {
+                return;
+            };
+            if !changed {
+                return;
+            }
+            node_tx.send(n.name_any());
+            for r in stack_refs(&stacks, is_stack_zone_aware) {
+                stack_tx.send(r);
+            }
+        },
+    )
+}
+
+/// StorageClasses: a change (one created, deleted, made default) re-runs every stack;
+/// classes change rarely and every stack's claims may use any of them.
+fn watch_storage_classes(
+    client: &Client,
+    stacks: Store<DynamicObject>,
+    taps: &Taps,
+) -> (Store<StorageClass>, JoinHandle<()>) {
+    let stack_tx = taps.stacks.clone();
+    spawn_typed(
+        cluster::<StorageClass>(client),
+        watcher::Config::default(),
+        strip_storage_class,
+        move |ev| {
+            if let watcher::Event::Apply(_) | watcher::Event::Delete(_) = ev {
+                for r in stack_refs(&stacks, |_| true) {
+                    stack_tx.send(r);
+                }
+            }
+        },
+    )
+}
+
+/// PersistentVolumes: a volume bound, released or deleted re-runs the zone-aware stacks
+/// of its claim's namespace (a volume keeps its zone known to the stack).
+fn watch_volumes(
+    client: &Client,
+    stacks: Store<DynamicObject>,
+    taps: &Taps,
+) -> (Store<PersistentVolume>, JoinHandle<()>) {
+    let stack_tx = taps.stacks.clone();
+    spawn_typed(
+        cluster::<PersistentVolume>(client),
+        watcher::Config::default(),
+        strip_volume,
+        move |ev| {
+            let (watcher::Event::Apply(pv) | watcher::Event::Delete(pv)) = ev else {
+                return;
+            };
+            let Some(ns) = pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|c| c.namespace.clone())
+            else {
+                return;
+            };
+            let of_ns = |s: &DynamicObject| s.metadata.namespace.as_deref() == Some(ns.as_str());
+            for r in stack_refs(&stacks, of_ns) {
+                stack_tx.send(r);
+            }
+        },
+    )
+}
+
+/// Pods are cached once, in one of two stores split by label: zone-aware pods (every pod
+/// labelled `loki.grafana.com/zone-aware=enabled`, a stack's or not: the annotator serves
+/// them all) and the other pods of stacks. A change re-runs the pod's stack (status), and
+/// a zone-aware pod also goes to the annotator.
+fn watch_pods(
+    client: &Client,
+    scope: &Scope,
+    taps: &Taps,
+    zone_aware: bool,
+) -> (Store<Pod>, JoinHandle<()>) {
+    let stack_tx = taps.stacks.clone();
+    let pod_tx = zone_aware.then(|| taps.zone_aware_pods.clone());
+    let selector = if zone_aware {
+        format!(
+            "{}={}",
+            names::LABEL_ZONE_AWARE,
+            names::LABEL_ZONE_AWARE_VALUE
+        )
+    } else {
+        format!(
+            "{}={},{}!={}",
+            names::LABEL_NAME,
+            names::LABEL_NAME_VALUE,
+            names::LABEL_ZONE_AWARE,
+            names::LABEL_ZONE_AWARE_VALUE
+        )
+    };
+    spawn_typed(
+        scope.watches(
+            || Api::all(client.clone()),
+            |ns| Api::namespaced(client.clone(), ns),
+        ),
+        watcher::Config::default().labels(&selector),
+        strip_pod,
+        move |ev| {
+            let (pod, deleted, initial) = match ev {
+                watcher::Event::Apply(p) => (p, false, false),
+                watcher::Event::InitApply(p) => (p, false, true),
+                watcher::Event::Delete(p) => (p, true, false),
+                watcher::Event::Init | watcher::Event::InitDone => return,
+            };
+            if let Some(tx) = &pod_tx {
+                let change = if deleted {
+                    PodChange::Deleted(pod.clone())
+                } else {
+                    PodChange::Changed(pod.clone())
+                };
+                tx.send(change);
+            }
+            // The first list triggers nothing: every stack is reconciled at start anyway.
+            if let (false, Some(instance)) = (initial, pod.labels().get(names::LABEL_INSTANCE)) {
+                stack_tx.send(stack_ref(&pod.namespace().unwrap_or_default(), instance));
+            }
+        },
+    )
+}
+
+/// StatefulSets the operator created, typed but stripped to what a rollout and the apply
+/// step read (the one cache of StatefulSets). A change (a new update revision, a pod
+/// recreated, an edit by someone else) re-runs the owning stack.
+fn watch_statefulsets(
+    client: &Client,
+    scope: &Scope,
+    taps: &Taps,
+) -> (Store<StatefulSet>, JoinHandle<()>) {
+    let stack_tx = taps.stacks.clone();
+    spawn_typed(
+        scope.watches(
+            || Api::all(client.clone()),
+            |ns| Api::namespaced(client.clone(), ns),
+        ),
+        watcher::Config::default().labels(&managed_selector()),
+        strip_statefulset,
+        move |ev| {
+            let (watcher::Event::Apply(s) | watcher::Event::Delete(s)) = ev else {
+                return;
+            };
+            let owner = s
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.kind == names::KIND && o.controller == Some(true));
+            if let (Some(o), Some(ns)) = (owner, s.metadata.namespace.as_deref()) {
+                stack_tx.send(stack_ref(ns, &o.name));
+            }
+        },
+    )
+}
+
+/// Children (metadata only: the skip check and pruning need nothing else): a change or
+/// deletion by someone else re-runs the owning stack, which applies it again.
+fn watch_children(
+    client: &Client,
+    scope: &Scope,
+    kind: ChildKind,
+    resource: ApiResource,
+    taps: &Taps,
+) -> (ChildStore, JoinHandle<()>) {
+    let watches = scope.watches(
+        || Api::all_with(client.clone(), &resource),
+        |ns| Api::namespaced_with(client.clone(), ns, &resource),
+    );
+    let stack_tx = taps.stacks.clone();
+    let (reader, stream) = scope::reflect(
+        watches,
+        watcher::Config::default().labels(&managed_selector()),
+        |m: &mut PartialObjectMeta<DynamicObject>| keep_markers(&mut m.metadata),
+        resource,
+    );
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(m) | watcher::Event::Delete(m)) => {
+                    let owner = m
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .find(|o| o.kind == names::KIND && o.controller == Some(true));
+                    if let (Some(o), Some(ns)) = (owner, m.metadata.namespace.as_deref()) {
+                        stack_tx.send(stack_ref(ns, &o.name));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(kind = kind.as_str(), error = %e, "watch error; retrying with backoff")
+                }
+            }
+        }
+    });
+    (reader, task)
+}

@@ -1,0 +1,164 @@
+//! LokiStacks as the API server stores them.
+//!
+//! The controller lists and watches LokiStacks as untyped objects and decodes each one
+//! on its own. A typed list fails as a whole when one object does not decode (a value
+//! stored before the CRD bounded it, or written by another operator's schema), and then
+//! no stack in the cluster would reconcile. Here such an object is reported on its own
+//! status and every other stack goes on.
+
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::ObjectRef;
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+use crate::model::api::LokiStack;
+use crate::model::conditions::{status_str, ConditionType, Reason};
+use crate::model::names;
+
+pub fn resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk(names::GROUP, names::VERSION, names::KIND);
+    ApiResource::from_gvk_with_plural(&gvk, "lokistacks")
+}
+
+pub type StackRef = ObjectRef<DynamicObject>;
+
+pub fn stack_ref(namespace: &str, name: &str) -> StackRef {
+    ObjectRef::new_with(name, resource()).within(namespace)
+}
+
+/// A stored LokiStack that this operator cannot read.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct DecodeError {
+    /// Where in the object, e.g. `spec.replication.factor`.
+    pub path: String,
+    pub message: String,
+}
+
+pub fn decode(obj: &DynamicObject) -> Result<LokiStack, DecodeError> {
+    let value = serde_json::to_value(obj).map_err(|e| DecodeError {
+        path: ".".into(),
+        message: e.to_string(),
+    })?;
+    serde_path_to_error::deserialize(value).map_err(|e| DecodeError {
+        path: e.path().to_string(),
+        message: e.inner().to_string(),
+    })
+}
+
+/// Cheap reads of the stored JSON, for routing triggers without decoding every stack.
+pub fn storage_secret_name(obj: &DynamicObject) -> Option<&str> {
+    obj.data.pointer("/spec/storage/secret/name")?.as_str()
+}
+
+pub fn is_zone_aware(obj: &DynamicObject) -> bool {
+    obj.data
+        .pointer("/spec/replication/zones")
+        .and_then(Value::as_array)
+        .is_some_and(|z| !z.is_empty())
+}
+
+/// The status to write on a stack that does not decode: what it had, with Degraded
+/// `InvalidSpec` and Ready False saying what to fix. `None` when it already says so.
+/// The rest of the status is kept: a server-side apply drops what it omits.
+pub fn undecodable_status(obj: &DynamicObject, e: &DecodeError, now: &str) -> Option<Value> {
+    let message = format!(
+        "the stored LokiStack cannot be read: {e}. Fix that field (kubectl edit lokistack {} -n {}); until then this stack is left as it runs",
+        obj.name_any(),
+        obj.namespace().unwrap_or_default()
+    );
+    let mut status = obj.data.get("status").cloned().unwrap_or_else(|| json!({}));
+    let conditions = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let already = conditions.iter().any(|c| {
+        c["type"] == ConditionType::Degraded.as_str()
+            && c["status"] == "True"
+            && c["message"] == message
+    });
+    if already {
+        return None;
+    }
+    let set = [
+        (
+            ConditionType::Degraded,
+            true,
+            Reason::InvalidSpec,
+            message.as_str(),
+        ),
+        (
+            ConditionType::Ready,
+            false,
+            Reason::ComponentsNotReady,
+            "the current spec cannot be read",
+        ),
+    ];
+    let mut kept: Vec<Value> = conditions
+        .into_iter()
+        .filter(|c| !set.iter().any(|(t, ..)| c["type"] == t.as_str()))
+        .collect();
+    for (t, s, reason, message) in set {
+        kept.push(json!({
+            "type": t.as_str(),
+            "status": status_str(s),
+            "reason": reason.as_str(),
+            "message": message,
+            "lastTransitionTime": now,
+        }));
+    }
+    status["conditions"] = Value::Array(kept);
+    Some(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stored(spec: Value) -> DynamicObject {
+        let mut obj = DynamicObject::new("s", &resource()).within("ns");
+        obj.data = json!({"spec": spec, "status": {"observedGeneration": 3}});
+        obj
+    }
+
+    #[test]
+    fn a_value_out_of_range_names_its_field() {
+        let obj = stored(json!({
+            "size": "1x.demo",
+            "storage": {"secret": {"name": "s", "type": "s3"}},
+            "replication": {"factor": 2147483648u64},
+        }));
+        let e = decode(&obj).expect_err("does not fit an i32");
+        assert_eq!(e.path, "spec.replication.factor");
+        let status = undecodable_status(&obj, &e, "2026-01-01T00:00:00Z").expect("status");
+        assert_eq!(
+            status["observedGeneration"], 3,
+            "the rest of the status is kept"
+        );
+        let degraded = &status["conditions"][0];
+        assert_eq!(degraded["reason"], "InvalidSpec");
+        assert!(degraded["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.replication.factor")));
+        let mut again = obj.clone();
+        again.data["status"] = status;
+        assert!(
+            undecodable_status(&again, &e, "later").is_none(),
+            "an unchanged finding is not written again"
+        );
+    }
+
+    #[test]
+    fn a_valid_stack_decodes_and_routes() {
+        let obj = stored(json!({
+            "size": "1x.demo",
+            "storage": {"secret": {"name": "loki-s3", "type": "s3"}},
+            "replication": {"factor": 2, "zones": [{"topologyKey": "topology.kubernetes.io/zone"}]},
+        }));
+        let s = decode(&obj).expect("decodes");
+        assert_eq!(s.spec.storage.secret.name, "loki-s3");
+        assert_eq!(storage_secret_name(&obj), Some("loki-s3"));
+        assert!(is_zone_aware(&obj));
+    }
+}

@@ -1,0 +1,9 @@
+//! Pure checks: the spec against its rules, the zones the nodes offer against the
+//! replication factor, storage classes and volumes against zones, and a pod's zone from
+//! its node. Each takes what was observed and returns findings; none reads the cluster.
+
+pub mod fields;
+pub mod podzone;
+pub mod validate;
+pub mod volumes;
+pub mod zones;

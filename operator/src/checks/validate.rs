@@ -1,0 +1,410 @@
+//! The static rules of a LokiStack spec, checked in the reconciler.
+//!
+//! The CRD enforces the same rules at admission (OpenAPI constraints and CEL). API servers
+//! older than 1.25 ignore CEL, and a stack may predate a rule, so the reconciler checks
+//! them again and reports a Degraded `InvalidSpec` condition naming each field.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::model::api::{
+    LokiStack, LokiStackSpec, ObjectStorageSecretType, ZoneSpec, MAX_REPLICAS,
+    MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN,
+    RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
+};
+use crate::model::defaults::{effective, Component, EffectiveStack};
+use crate::model::names::MAX_STACK_NAME_LEN;
+
+/// One violated rule: the field's path and what to change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid LokiStack spec: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct InvalidSpec(pub Vec<FieldError>);
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// A label of a DNS subdomain as Kubernetes checks label-key prefixes: lowercase
+/// alphanumerics and `-`, alphanumeric at both ends. Kubernetes bounds only the prefix as
+/// a whole (253), not each label, and the CRD agrees; so does this check.
+fn dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// A Kubernetes qualified name (label key): `[prefix/]name`, the prefix a DNS subdomain of
+/// at most 253 characters, the name at most 63 alphanumerics, `-`, `_` or `.`, starting
+/// and ending with an alphanumeric. The CRD's pattern and CEL rule say the same.
+pub fn is_qualified_name(key: &str) -> bool {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(dns1123_label) {
+            return false;
+        }
+    }
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// A real calendar date written `YYYY-MM-DD` (2024-02-31 is not one).
+fn is_date(s: &str) -> bool {
+    s.len() == 10 && s.parse::<k8s_openapi::jiff::civil::Date>().is_ok()
+}
+
+/// Every rule on the whole stack: its name, its spec, and what the defaults make of it.
+pub fn validate_stack(stack: &LokiStack) -> Result<(), InvalidSpec> {
+    let mut errors = validate(&stack.spec).err().map(|e| e.0).unwrap_or_default();
+    let name = stack.metadata.name.as_deref().unwrap_or_default();
+    if name.len() > MAX_STACK_NAME_LEN {
+        errors.push(err(
+            "metadata.name",
+            format!("{RULE_NAME_LENGTH_MSG}; {name:?} has {}", name.len()),
+        ));
+    }
+    if errors.is_empty() {
+        errors.extend(effective_rules(&effective(&stack.spec)));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(InvalidSpec(errors))
+    }
+}
+
+/// Rules on resolved values: a stream cannot have more copies than there are ingesters.
+fn effective_rules(eff: &EffectiveStack) -> Vec<FieldError> {
+    let ingesters = eff.component(Component::Ingester).map_or(0, |c| c.replicas);
+    if eff.replication_factor <= ingesters {
+        return Vec::new();
+    }
+    vec![err(
+        "spec.replication.factor",
+        format!(
+            "replication factor {} needs at least {} ingesters, the stack has {ingesters}; raise spec.template.ingester.replicas or lower the factor",
+            eff.replication_factor, eff.replication_factor
+        ),
+    )]
+}
+
+/// Every static rule; an empty result means the spec is valid.
+pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
+    let mut errors = Vec::new();
+    replication(spec, &mut errors);
+    if let Some(r) = &spec.replication {
+        zones(&r.zones, &mut errors);
+    }
+    storage(spec, &mut errors);
+    for c in Component::ALL {
+        let replicas = c.template(spec).and_then(|t| t.replicas);
+        if let Some(r) = replicas.filter(|r| !(0..=MAX_REPLICAS).contains(r)) {
+            errors.push(err(
+                format!("spec.template.{}.replicas", c.spec_field()),
+                format!("must be between 0 and {MAX_REPLICAS}, got {r}"),
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(InvalidSpec(errors))
+    }
+}
+
+fn replication(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
+    if spec.replication.is_some() && spec.replication_factor.is_some() {
+        errors.push(err(
+            "spec.replicationFactor",
+            RULE_REPLICATION_EXCLUSIVE_MSG,
+        ));
+    }
+    let factors = [
+        ("spec.replicationFactor", spec.replication_factor),
+        (
+            "spec.replication.factor",
+            spec.replication.as_ref().and_then(|r| r.factor),
+        ),
+    ];
+    let recover_after = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.zone_outage.as_ref())
+        .and_then(|z| z.recover_after.as_deref());
+    if let Some(Err(e)) = recover_after.map(crate::model::duration::parse_duration) {
+        errors.push(err("spec.replication.zoneOutage.recoverAfter", e));
+    }
+    let per_zone = spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.max_unavailable_per_zone);
+    if let Some(m) = per_zone.filter(|m| !(1..=MAX_REPLICAS).contains(m)) {
+        errors.push(err(
+            "spec.replication.maxUnavailablePerZone",
+            format!("must be between 1 and {MAX_REPLICAS}, got {m}"),
+        ));
+    }
+    for (field, factor) in factors {
+        if let Some(f) = factor.filter(|f| !(1..=MAX_REPLICATION_FACTOR).contains(f)) {
+            errors.push(err(
+                field,
+                format!("must be between 1 and {MAX_REPLICATION_FACTOR}, got {f}"),
+            ));
+        }
+    }
+}
+
+fn zones(zones: &[ZoneSpec], errors: &mut Vec<FieldError>) {
+    if zones.len() > MAX_ZONE_ENTRIES {
+        errors.push(err(
+            "spec.replication.zones",
+            format!("at most {MAX_ZONE_ENTRIES} entries, got {}", zones.len()),
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    for (i, z) in zones.iter().enumerate() {
+        let field = format!("spec.replication.zones[{i}]");
+        if z.topology_key.len() > QUALIFIED_NAME_MAX_LEN || !is_qualified_name(&z.topology_key) {
+            errors.push(err(
+                format!("{field}.topologyKey"),
+                format!(
+                    "{:?} is not a valid label name ([prefix/]name, e.g. topology.kubernetes.io/zone)",
+                    z.topology_key
+                ),
+            ));
+        }
+        if !seen.insert(z.topology_key.as_str()) {
+            errors.push(err(format!("{field}.topologyKey"), RULE_UNIQUE_KEYS_MSG));
+        }
+        if !(1..=MAX_SKEW).contains(&z.max_skew) {
+            errors.push(err(
+                format!("{field}.maxSkew"),
+                format!("must be between 1 and {MAX_SKEW}, got {}", z.max_skew),
+            ));
+        }
+    }
+}
+
+fn storage(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
+    if spec.storage.secret.name.is_empty() {
+        errors.push(err(
+            "spec.storage.secret.name",
+            "must name the object storage Secret",
+        ));
+    }
+    if spec.storage.tls.is_some() && spec.storage.secret.type_ != ObjectStorageSecretType::S3 {
+        errors.push(err("spec.storage.tls", RULE_TLS_S3_MSG));
+    }
+    let mut dates = BTreeSet::new();
+    for (i, s) in spec.storage.schemas.iter().enumerate() {
+        let field = format!("spec.storage.schemas[{i}].effectiveDate");
+        if !is_date(&s.effective_date) {
+            errors.push(err(
+                &field,
+                format!("{:?} is not a date (YYYY-MM-DD)", s.effective_date),
+            ));
+        } else if !dates.insert(s.effective_date.as_str()) {
+            errors.push(err(&field, "two schema periods start on the same date"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::api::{LokiStackSize, ReplicationSpec};
+    use crate::testing::{stack_spec, ZONE};
+
+    #[test]
+    fn qualified_names() {
+        for ok in [
+            ZONE,
+            "kubernetes.io/hostname",
+            "rack",
+            "a.b/c_d.e-f",
+            "x/Y9",
+        ] {
+            assert!(is_qualified_name(ok), "{ok}");
+        }
+        // A 64-character prefix label: the API server accepts it, so must we.
+        assert!(is_qualified_name(&format!("{}.io/zone", "a".repeat(64))));
+        let long_name = "a".repeat(64);
+        let long_prefix = format!("{}/zone", "a.".repeat(127) + "a");
+        for bad in [
+            "",
+            "/zone",
+            "Topology.io/zone",
+            "zone-",
+            "-zone",
+            "a/b/c",
+            "has space",
+            &long_name,
+            &long_prefix,
+        ] {
+            assert!(!is_qualified_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn valid_spec_passes() {
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(3),
+            zones: vec![ZoneSpec {
+                topology_key: ZONE.into(),
+                max_skew: 1,
+            }],
+            zone_outage: None,
+            max_unavailable_per_zone: None,
+        });
+        assert_eq!(validate(&spec), Ok(()));
+    }
+
+    #[test]
+    fn each_error_names_its_field() {
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication_factor = Some(0);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(0),
+            zones: vec![
+                ZoneSpec {
+                    topology_key: ZONE.into(),
+                    max_skew: 0,
+                },
+                ZoneSpec {
+                    topology_key: ZONE.into(),
+                    max_skew: 1,
+                },
+                ZoneSpec {
+                    topology_key: "bad key".into(),
+                    max_skew: 1,
+                },
+                ZoneSpec {
+                    topology_key: "rack".into(),
+                    max_skew: 1,
+                },
+            ],
+            zone_outage: None,
+            max_unavailable_per_zone: Some(0),
+        });
+        let Err(InvalidSpec(errors)) = validate(&spec) else {
+            panic!("expected errors")
+        };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.replicationFactor",
+                "spec.replication.maxUnavailablePerZone",
+                "spec.replicationFactor",
+                "spec.replication.factor",
+                "spec.replication.zones",
+                "spec.replication.zones[0].maxSkew",
+                "spec.replication.zones[1].topologyKey",
+                "spec.replication.zones[2].topologyKey",
+            ]
+        );
+    }
+
+    #[test]
+    fn bounds_dates_and_copies_per_ingester() {
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(2_000_000),
+            zones: vec![ZoneSpec {
+                topology_key: ZONE.into(),
+                max_skew: 101,
+            }],
+            zone_outage: None,
+            max_unavailable_per_zone: None,
+        });
+        spec.storage.schemas = vec![crate::model::api::ObjectStorageSchema {
+            version: crate::model::api::ObjectStorageSchemaVersion::V13,
+            effective_date: "2024-02-31".into(),
+        }];
+        spec.template = Some(crate::model::api::LokiTemplateSpec {
+            querier: Some(crate::model::api::LokiComponentSpec {
+                replicas: Some(1001),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let Err(InvalidSpec(errors)) = validate(&spec) else {
+            panic!("expected errors")
+        };
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.replication.factor",
+                "spec.replication.zones[0].maxSkew",
+                "spec.storage.schemas[0].effectiveDate",
+                "spec.template.querier.replicas",
+            ]
+        );
+
+        // Within bounds, but more copies than ingesters.
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(5),
+            zones: vec![],
+            zone_outage: None,
+            max_unavailable_per_zone: None,
+        });
+        let e =
+            validate_stack(&crate::testing::stack("s", spec)).expect_err("5 copies, 3 ingesters");
+        assert!(
+            e.to_string()
+                .contains("needs at least 5 ingesters, the stack has 3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_longest_allowed_name_fits_every_child() {
+        let name = "a".repeat(MAX_STACK_NAME_LEN);
+        for c in Component::ALL {
+            // The revision-hash label of a StatefulSet's pods: name, dash, up to 10.
+            // (A Deployment's hash label is the hash alone.)
+            if c.kind() == crate::model::defaults::WorkloadKind::StatefulSet {
+                assert!(c.workload_name(&name).len() + 11 <= 63, "{c:?}");
+            }
+            assert!(c.http_service_name(&name).len() <= 63, "{c:?}");
+            assert!(c.grpc_service_name(&name).len() <= 63, "{c:?}");
+        }
+        assert_eq!(
+            crate::model::api::RULE_NAME_LENGTH,
+            format!("self.metadata.name.size() <= {MAX_STACK_NAME_LEN}")
+        );
+        let ok = crate::testing::stack(&name, stack_spec(LokiStackSize::Demo));
+        assert_eq!(validate_stack(&ok), Ok(()));
+        let long = crate::testing::stack(&format!("{name}b"), stack_spec(LokiStackSize::Demo));
+        let e = validate_stack(&long).expect_err("39 characters");
+        assert_eq!(e.0[0].field, "metadata.name");
+    }
+}

@@ -1,0 +1,245 @@
+//! The offline commands: `crd` and `render`. They share the pure pipeline with the
+//! controller (validate → zone check → render), so what `render` prints is what the
+//! controller would apply.
+
+pub mod waitzone;
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::checks::fields;
+use crate::checks::validate::validate_stack;
+use crate::checks::zones::{self, ZoneCheck};
+use crate::model::api::LokiStack;
+use crate::model::defaults::effective;
+use crate::model::go_compat;
+use crate::model::names;
+use crate::render::{render, to_yaml_stream, ServerCapabilities, Settings};
+
+/// Exit code for input the user must fix.
+pub const EXIT_INVALID: i32 = 2;
+/// Exit code for a Degraded zone check: nothing is rendered, as the controller would hold back.
+pub const EXIT_DEGRADED: i32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{file}: {message}")]
+    Input { file: String, message: String },
+    #[error("{report}\nzone check is Degraded: nothing rendered (the operator would keep what runs and apply nothing)")]
+    Degraded { report: String },
+    #[error("render failed: {0}")]
+    Render(#[from] crate::render::RenderError),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Degraded { .. } => EXIT_DEGRADED,
+            CliError::Input { .. } | CliError::Render(_) => EXIT_INVALID,
+        }
+    }
+}
+
+/// The CRD as YAML, exactly as committed in `manifests/crd/`.
+pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
+    serde_yaml_ng::to_string(&crate::model::api::crd())
+}
+
+/// The CRD for a given server: without CEL rules where the server predates them (the
+/// reconciler checks the same rules and reports them as a Degraded condition).
+pub fn crd_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml_ng::Error> {
+    if caps.crd_cel_rules {
+        return crd_yaml();
+    }
+    let mut crd = serde_json::to_value(crate::model::api::crd())
+        .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?;
+    strip_cel(&mut crd);
+    serde_yaml_ng::to_string(&crd)
+}
+
+fn strip_cel(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            map.remove("x-kubernetes-validations");
+            map.values_mut().for_each(strip_cel);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_cel),
+        _ => {}
+    }
+}
+
+fn input_err(file: &Path, message: impl Into<String>) -> CliError {
+    CliError::Input {
+        file: file.display().to_string(),
+        message: message.into(),
+    }
+}
+
+fn read(file: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(file).map_err(|e| input_err(file, format!("cannot read: {e}")))
+}
+
+/// Parses a LokiStack manifest, checking its apiVersion and kind.
+pub fn parse_stack(file: &Path, text: &str) -> Result<LokiStack, CliError> {
+    let value: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| input_err(file, format!("not YAML: {e}")))?;
+    let api_version = value
+        .get("apiVersion")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let kind = value
+        .get("kind")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default();
+    let want = format!("{}/{}", names::GROUP, names::VERSION);
+    if api_version != want || kind != names::KIND {
+        return Err(input_err(
+            file,
+            format!(
+                "expected apiVersion {want} and kind {}, got {api_version:?} and {kind:?}",
+                names::KIND
+            ),
+        ));
+    }
+    let json = serde_json::to_value(&value).map_err(|e| input_err(file, e.to_string()))?;
+    let crd = serde_json::to_value(crate::model::api::crd())
+        .map_err(|e| input_err(file, e.to_string()))?;
+    let unknown = fields::unknown(
+        &json,
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"],
+    );
+    if !unknown.is_empty() {
+        return Err(input_err(
+            file,
+            format!(
+                "unknown fields: {}. The API server would drop them silently; remove them or fix their names",
+                unknown.join(", ")
+            ),
+        ));
+    }
+    // Deserialising from the text (not the Value) makes the YAML parser name the failing
+    // field's path and line, e.g. `spec.size: unknown variant ... at line 6 column 9`.
+    serde_yaml_ng::from_str(text).map_err(|e| input_err(file, e.to_string()))
+}
+
+/// Parses `kubectl get nodes -o yaml` output: a List/NodeList, a single Node, or a stream.
+pub fn parse_nodes(file: &Path, text: &str) -> Result<Vec<Node>, CliError> {
+    let mut nodes = Vec::new();
+    for (doc_index, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = <serde_yaml_ng::Value as serde::Deserialize>::deserialize(doc)
+            .map_err(|e| input_err(file, format!("not YAML: {e}")))?;
+        if value.is_null() {
+            continue;
+        }
+        let kind = value
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default();
+        let items = match kind {
+            "List" | "NodeList" => value
+                .get("items")
+                .and_then(|v| v.as_sequence())
+                .cloned()
+                .unwrap_or_default(),
+            "Node" => vec![value],
+            other => {
+                return Err(input_err(
+                    file,
+                    format!(
+                    "document {doc_index}: expected a Node or a List of Nodes, got kind {other:?}"
+                ),
+                ))
+            }
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            let node: Node = serde_yaml_ng::from_value(item)
+                .map_err(|e| input_err(file, format!("document {doc_index}, item {i}: {e}")))?;
+            nodes.push(node);
+        }
+    }
+    Ok(nodes)
+}
+
+/// The zone check as `render --nodes` reports it on stderr.
+pub fn zone_report(check: &ZoneCheck) -> String {
+    let severity = if check.verdict.is_degraded() {
+        "Degraded"
+    } else if check.verdict == zones::ZoneVerdict::NoZoneFailureTolerance {
+        "Warning"
+    } else {
+        "Ok"
+    };
+    let zones: Vec<&str> = check.zones.iter().map(String::as_str).collect();
+    format!(
+        "zone check: {} ({severity})\n  topology keys: {}\n  zones found: {} ({})\n  replication factor: {}\n  write quorum: {}\n  zone failures tolerated: {}\n  ineligible nodes: {}\n  {}",
+        check.verdict.reason(),
+        check.keys.join(", "),
+        zones.len(),
+        if zones.is_empty() { "none".to_string() } else { zones.join(", ") },
+        check.factor,
+        check.write_quorum,
+        check.zone_failures_tolerated,
+        check.ineligible.len(),
+        check.message(),
+    )
+}
+
+pub struct RenderRequest {
+    pub stack_file: PathBuf,
+    pub nodes_file: Option<PathBuf>,
+    pub namespace: Option<String>,
+    pub settings: Settings,
+    pub capabilities: ServerCapabilities,
+}
+
+pub struct RenderOutput {
+    /// The YAML stream for stdout.
+    pub yaml: String,
+    /// The zone check report for stderr, when nodes were given.
+    pub report: Option<String>,
+    /// What the operator's Warning condition would say of fields it keeps but ignores.
+    pub warning: Option<String>,
+}
+
+pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
+    let mut stack = parse_stack(&req.stack_file, &read(&req.stack_file)?)?;
+    if let Some(ns) = &req.namespace {
+        stack.metadata.namespace = Some(ns.clone());
+    }
+    if stack
+        .metadata
+        .name
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
+        return Err(input_err(&req.stack_file, "metadata.name: required"));
+    }
+    validate_stack(&stack).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
+    let eff = effective(&stack.spec);
+    let mut report = None;
+    if let Some(nodes_file) = &req.nodes_file {
+        let nodes = parse_nodes(nodes_file, &read(nodes_file)?)?;
+        if eff.zone_aware() {
+            let check = zones::check(&eff, &nodes, &[]);
+            let text = zone_report(&check);
+            if check.verdict.is_degraded() {
+                return Err(CliError::Degraded { report: text });
+            }
+            report = Some(text);
+        } else {
+            report =
+                Some("zone check: not zone-aware (spec.replication.zones is empty)".to_string());
+        }
+    }
+    let children = render(&stack, &eff, &req.settings, &req.capabilities)?;
+    let yaml = to_yaml_stream(&children)
+        .map_err(|e| input_err(&req.stack_file, format!("cannot serialise: {e}")))?;
+    let warning = go_compat::warning(&go_compat::unsupported_fields(&stack.spec));
+    Ok(RenderOutput {
+        yaml,
+        report,
+        warning,
+    })
+}

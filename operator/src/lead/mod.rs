@@ -1,0 +1,289 @@
+//! `loki-zone-operator run`: one process that every replica runs.
+//!
+//! What the process builds once, leader or not: the caches (`caches/`), the health and
+//! metrics server, and the webhook server (every replica answers admission reviews, from
+//! the shared caches). Then the lease loop: when this replica acquires the lease and the
+//! caches have synced, it starts a [`Term`]; when the lease is lost or the process stops,
+//! it ends the term, which stops everything only the leader does. The loop does nothing
+//! else.
+
+pub mod lease;
+pub mod term;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use crate::caches::reflectors::{self, Caches, Sources};
+use crate::caches::scope::Scope;
+use crate::caches::taps::Taps;
+use crate::model::names;
+use crate::render::{ServerCapabilities, Settings};
+use crate::telemetry::metrics::Metrics;
+use crate::telemetry::server;
+use crate::webhook::{self, WebhookConfig};
+
+use self::lease::{Elector, LeaderConfig, LeaderError};
+use self::term::{Parts, Term};
+
+pub struct RunConfig {
+    pub settings: Settings,
+    pub resync: Duration,
+    pub health_addr: SocketAddr,
+    pub metrics_addr: SocketAddr,
+    /// `None` runs without leader election (a single replica, or local development).
+    pub leader: Option<LeaderConfig>,
+    pub identity: String,
+    /// The namespaces whose stacks the operator runs (and the only ones it writes in).
+    pub scope: Scope,
+    /// How often the storage Secrets that stacks name are read again.
+    pub secret_poll: Duration,
+    pub webhook: WebhookConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot read the API server version: {0}")]
+    Version(#[source] kube::Error),
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error("health and metrics server: {0}")]
+    Server(#[from] std::io::Error),
+    #[error("cannot serve the zone-at-bind webhook on {addr}: {source} (set --webhook-addr, or --bind-webhook=false to run without it)")]
+    Webhook {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("stopped before the CRD was established")]
+    Interrupted,
+}
+
+/// Resolves on SIGTERM or SIGINT.
+fn shutdown_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+        info!("shutdown requested");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+/// Waits until the LokiStack CRD is established, logging what to do meanwhile.
+async fn wait_for_crd(client: &Client, shutdown: &watch::Receiver<bool>) -> Result<(), RunError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut logged = false;
+    loop {
+        let established = match api.get_opt(names::CRD_NAME).await {
+            Ok(Some(crd)) => crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            }),
+            Ok(None) => false,
+            Err(e) => {
+                error!(error = %e, "cannot read CustomResourceDefinition {}", names::CRD_NAME);
+                false
+            }
+        };
+        if established {
+            info!(crd = names::CRD_NAME, "CRD is established");
+            return Ok(());
+        }
+        if !logged {
+            info!(crd = names::CRD_NAME, "waiting for the CRD to be established (install it with `make install` or `kubectl apply -f manifests/crd`)");
+            logged = true;
+        }
+        let mut s = shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = s.wait_for(|v| *v) => return Err(RunError::Interrupted),
+        }
+    }
+}
+
+/// Asks the server its version: what it can take decides a few rendered fields.
+async fn capabilities(client: &Client) -> Result<ServerCapabilities, RunError> {
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(RunError::Version)?;
+    let caps = ServerCapabilities::parse(&format!("{}.{}", version.major, version.minor))
+        .unwrap_or(ServerCapabilities::MODERN);
+    info!(version = %version.git_version, capabilities = ?caps, "connected to the API server");
+    Ok(caps)
+}
+
+pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
+    let metrics = Arc::new(Metrics::default());
+    let ready = server::Readiness::default();
+    let shutdown = shutdown_signal();
+    let capabilities = capabilities(&client).await?;
+    let mut server = tokio::spawn(server::serve(
+        cfg.health_addr,
+        cfg.metrics_addr,
+        metrics.clone(),
+        ready.clone(),
+    ));
+    wait_for_crd(&client, &shutdown).await?;
+    info!(namespaces = %cfg.scope, "watching LokiStacks");
+    let taps = Taps::default();
+    let sources = Sources {
+        client: &client,
+        capabilities: &capabilities,
+        scope: &cfg.scope,
+    };
+    let (caches, cache_tasks) = reflectors::start(sources, &taps);
+    let synced = tokio::spawn(ready_when_synced(caches.clone(), ready.caches.clone()));
+    let hook = serve_webhook(&client, &cfg, &caches, metrics.clone(), &ready).await?;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: names::CONTROLLER_NAME.into(),
+            instance: Some(cfg.identity.clone()),
+        },
+    );
+    let parts = Parts {
+        client: client.clone(),
+        caches,
+        taps,
+        capabilities,
+        settings: cfg.settings.clone(),
+        resync: cfg.resync,
+        secret_poll: cfg.secret_poll,
+        webhook: cfg.webhook.clone(),
+        ca_bundle: hook.ca_bundle.clone(),
+        leader_view: hook.leader.clone(),
+        recorder,
+        metrics,
+    };
+    let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
+    let result = loop {
+        if let Some(e) = &elector {
+            tokio::select! {
+                _ = e.acquire() => {}
+                _ = stopped(shutdown.clone()) => break Ok(()),
+            }
+        }
+        ready.leading.store(true, Ordering::Relaxed);
+        let ended = lead(&parts, elector.as_ref(), &shutdown, &mut server).await;
+        ready.leading.store(false, Ordering::Relaxed);
+        match ended {
+            TermEnd::Lost(why) => warn!(error = %why, "stopped leading; campaigning again"),
+            TermEnd::Stopped => break Ok(()),
+            TermEnd::Server(e) => break Err(RunError::Server(e)),
+        }
+    };
+    for t in hook.tasks.into_iter().chain(cache_tasks).chain([synced]) {
+        t.abort();
+    }
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    info!("stopped");
+    result
+}
+
+/// The webhook is served by every replica, leader or not: the Service sends reviews to
+/// them all, and a standby is ready once its webhook serves.
+async fn serve_webhook(
+    client: &Client,
+    cfg: &RunConfig,
+    caches: &Caches,
+    metrics: Arc<Metrics>,
+    ready: &server::Readiness,
+) -> Result<webhook::serve::Served, RunError> {
+    let hook = webhook::serve::start(client, &cfg.webhook, caches, metrics)
+        .await
+        .map_err(|source| RunError::Webhook {
+            addr: cfg.webhook.addr,
+            source,
+        })?;
+    ready.set_webhook(hook.ready.clone());
+    Ok(hook)
+}
+
+/// Why a term of leadership ended.
+enum TermEnd {
+    /// Shutdown was asked for (or the controller ended).
+    Stopped,
+    /// The lease was lost or could not be renewed: stop, then campaign again, rather than
+    /// exit; an API server restart or an RBAC warm-up is no reason to restart the process.
+    Lost(LeaderError),
+    Server(std::io::Error),
+}
+
+/// Holds the lease while one term runs: starts the term once the caches have synced
+/// (the leader acts only on a full view), and ends it on shutdown, a lost lease, or the
+/// server failing. Returns only once the term has stopped everything it started.
+async fn lead(
+    parts: &Parts,
+    elector: Option<&Elector>,
+    shutdown: &watch::Receiver<bool>,
+    server: &mut JoinHandle<Result<(), std::io::Error>>,
+) -> TermEnd {
+    let hold = async {
+        match elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(hold);
+    let server_ended = |served: Result<Result<(), std::io::Error>, _>| match served {
+        Ok(Err(e)) => TermEnd::Server(e),
+        _ => TermEnd::Stopped,
+    };
+    tokio::select! {
+        ok = parts.caches.wait_until_ready() => if !ok {
+            error!("a cache closed before it synced; stopping");
+            return TermEnd::Stopped;
+        },
+        lost = &mut hold => return TermEnd::Lost(lost),
+        _ = stopped(shutdown.clone()) => return TermEnd::Stopped,
+        served = &mut *server => return server_ended(served),
+    }
+    let mut term = Term::start(parts);
+    let ended = tokio::select! {
+        _ = term.finished() => TermEnd::Stopped,
+        lost = &mut hold => TermEnd::Lost(lost),
+        _ = stopped(shutdown.clone()) => {
+            term.finish().await;
+            return TermEnd::Stopped;
+        }
+        served = &mut *server => server_ended(served),
+    };
+    term.end().await;
+    ended
+}
+
+/// `/readyz` answers ready (as leader) once every cache has its first full list.
+async fn ready_when_synced(caches: Caches, ready: Arc<AtomicBool>) {
+    if caches.wait_until_ready().await {
+        info!("caches synced");
+        ready.store(true, Ordering::Relaxed);
+    }
+}

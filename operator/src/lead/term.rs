@@ -1,0 +1,226 @@
+//! A term of leadership: everything only the leader does, started together and ended
+//! together.
+//!
+//! A term owns the LokiStack controller (and with it every reconcile: applies, rollouts,
+//! scale-downs, zone-outage recovery, status writes and Events), the pod annotator and
+//! its writes, the storage Secret poll, the keepers of the webhook configurations and the
+//! ledger of the evictions the zone-disruption webhook allowed. It starts on caches that
+//! have synced (they belong to the process, not to the term) and [`Term::end`] stops all
+//! of it by one cancellation, returning only once every task has stopped: nothing the
+//! leader does outlives its term.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::ObjectRef;
+use kube::Client;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::act::apply::Applier;
+use crate::act::report::Notifier;
+use crate::annotator;
+use crate::caches::reflectors::Caches;
+use crate::caches::secrets;
+use crate::caches::stacks;
+use crate::caches::taps::Taps;
+use crate::reconcile::{self, Context};
+use crate::render::{ServerCapabilities, Settings};
+use crate::telemetry::metrics::Metrics;
+use crate::webhook::eviction::Grants;
+use crate::webhook::registration::{self, Coverage, Keeper, WebhookCoverage};
+use crate::webhook::review::LeaderView;
+use crate::webhook::{WebhookConfig, WebhookMode};
+
+/// How long a term that ends on shutdown lets the reconciles under way finish.
+const GRACE_ON_SHUTDOWN: Duration = Duration::from_secs(10);
+
+/// What every term starts from: what the process built once.
+pub struct Parts {
+    pub client: Client,
+    pub caches: Caches,
+    pub taps: Taps,
+    pub capabilities: ServerCapabilities,
+    pub settings: Settings,
+    /// How often a stack is looked at with nothing changed.
+    pub resync: Duration,
+    /// How often the storage Secrets that stacks name are read again.
+    pub secret_poll: Duration,
+    pub webhook: WebhookConfig,
+    /// The CA bundle the webhook configurations carry (self-managed certificates).
+    pub ca_bundle: watch::Receiver<Option<String>>,
+    /// Where the webhook server learns that this replica leads, and its term's ledger.
+    pub leader_view: LeaderView,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+}
+
+pub struct Term {
+    /// The one signal: the controller stops taking new work on it, and `end` follows it
+    /// by aborting and awaiting every task.
+    cancel: CancellationToken,
+    /// `None` once it has been awaited to its end (a handle is awaited at most once).
+    controller: Option<JoinHandle<()>>,
+    tasks: JoinSet<()>,
+    taps: Taps,
+    leader_view: LeaderView,
+}
+
+impl Term {
+    /// Starts everything the leader does. The caches must have synced.
+    pub fn start(p: &Parts) -> Term {
+        let cancel = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        // Attach before looking at the caches' state: a change in between arrives twice,
+        // which is harmless, rather than not at all.
+        let stack_changes = p.taps.stacks.attach();
+        let pod_changes = p.taps.zone_aware_pods.attach();
+        let node_changes = p.taps.nodes.attach();
+        // Every stack once at the start of a term: changes while no term ran were dropped.
+        for s in p.caches.stacks.state() {
+            p.taps
+                .stacks
+                .send(ObjectRef::from_obj_with(s.as_ref(), stacks::resource()));
+        }
+        tasks.spawn(poll_secrets(
+            p.caches.clone(),
+            p.taps.clone(),
+            p.secret_poll,
+        ));
+        let coverage = register_webhooks(p, &mut tasks);
+        let inputs = annotator::Inputs::from_caches(&p.caches, pod_changes, node_changes);
+        tasks.spawn(annotator::run(
+            p.client.clone(),
+            inputs,
+            p.recorder.clone(),
+            p.metrics.clone(),
+        ));
+        p.leader_view.lead(Arc::new(Grants::default()));
+        let ctx = Arc::new(Context {
+            client: p.client.clone(),
+            caches: p.caches.clone(),
+            applier: Applier::new(p.client.clone(), p.capabilities),
+            settings: p.settings.clone(),
+            capabilities: p.capabilities,
+            notify: Notifier::new(p.recorder.clone()),
+            metrics: p.metrics.clone(),
+            resync: p.resync,
+            webhook_coverage: coverage,
+        });
+        let stopping = cancel.clone().cancelled_owned();
+        let controller = tokio::spawn(reconcile::controller::run(ctx, stack_changes, stopping));
+        info!("leadership term started: reconciling, annotating and deciding evictions");
+        Term {
+            cancel,
+            controller: Some(controller),
+            tasks,
+            taps: p.taps.clone(),
+            leader_view: p.leader_view.clone(),
+        }
+    }
+
+    /// Resolves if the controller stops by itself (it does not, short of a bug): the
+    /// term is then over.
+    pub async fn finished(&mut self) {
+        match self.controller.as_mut() {
+            Some(c) => {
+                let _ = c.await;
+                self.controller = None;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Ends the term now (leadership lost): stops deciding evictions, detaches from the
+    /// caches, and aborts and awaits every task, reconciles under way included.
+    pub async fn end(mut self) {
+        self.cancel.cancel();
+        self.leader_view.step_down();
+        self.taps.detach_all();
+        self.tasks.abort_all();
+        if let Some(c) = self.controller.take() {
+            c.abort();
+            let _ = c.await;
+        }
+        while self.tasks.join_next().await.is_some() {}
+        info!("leadership term ended: every task of the leader has stopped");
+    }
+
+    /// Ends the term on shutdown: the reconciles under way may finish (for a while)
+    /// before everything is stopped as by [`Term::end`].
+    pub async fn finish(mut self) {
+        self.cancel.cancel();
+        self.leader_view.step_down();
+        if let Some(c) = self.controller.as_mut() {
+            match tokio::time::timeout(GRACE_ON_SHUTDOWN, c).await {
+                Ok(_) => self.controller = None,
+                Err(_) => {
+                    warn!("reconciles still under way after {GRACE_ON_SHUTDOWN:?}; stopping them")
+                }
+            }
+        }
+        self.end().await
+    }
+}
+
+/// Reads the named storage Secrets again every `every`. The first pass is at once: a
+/// Secret may have changed while this replica did not lead.
+async fn poll_secrets(caches: Caches, taps: Taps, every: Duration) {
+    let reader = caches.secret_reader.clone();
+    reader.refresh(&caches.stacks, &taps.stacks).await;
+    secrets::poll(reader, caches.stacks, taps.stacks, every).await
+}
+
+/// The leader's part of the webhooks: keep their configurations current (and tell the
+/// reconciler which namespaces they cover), or remove them when switched off. OLM keeps
+/// the configuration it declares itself, and gets no disruption webhook.
+fn register_webhooks(p: &Parts, tasks: &mut JoinSet<()>) -> WebhookCoverage {
+    let target = match &p.webhook.mode {
+        WebhookMode::SelfManaged { target } => target,
+        WebhookMode::External { .. } => return WebhookCoverage::default(),
+        WebhookMode::Off => {
+            tasks.spawn(registration::remove::<MutatingWebhookConfiguration>(
+                p.client.clone(),
+            ));
+            tasks.spawn(registration::remove::<ValidatingWebhookConfiguration>(
+                p.client.clone(),
+            ));
+            return WebhookCoverage::default();
+        }
+    };
+    let keeper = |feed| Keeper {
+        client: p.client.clone(),
+        stacks: p.caches.stacks.clone(),
+        ca_bundle: p.ca_bundle.clone(),
+        target: target.clone(),
+        match_conditions: p.capabilities.webhook_match_conditions,
+        feed,
+        metrics: p.metrics.clone(),
+    };
+    let (bind, feed) = Coverage::new();
+    tasks.spawn(registration::keep::<MutatingWebhookConfiguration>(keeper(
+        feed,
+    )));
+    let disruptions = if p.webhook.disruptions {
+        let (coverage, feed) = Coverage::new();
+        tasks.spawn(registration::keep::<ValidatingWebhookConfiguration>(
+            keeper(feed),
+        ));
+        Some(coverage)
+    } else {
+        tasks.spawn(registration::remove::<ValidatingWebhookConfiguration>(
+            p.client.clone(),
+        ));
+        None
+    };
+    WebhookCoverage {
+        bind: Some(bind),
+        disruptions,
+    }
+}

@@ -1,0 +1,282 @@
+//! Observe, the first step of a reconcile: one immutable snapshot of what the caches hold
+//! for one stack. Every later step reads this snapshot, never the caches, so a reconcile
+//! sees one consistent picture and the pure steps can be tested with a hand-made one.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolume, Pod, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta};
+use kube::runtime::reflector::ObjectRef;
+use kube::Client;
+use kube::ResourceExt;
+
+use crate::caches::reflectors::Caches;
+use crate::caches::strip::writers;
+use crate::checks::podzone::node_name;
+use crate::model::api::LokiStack;
+use crate::model::defaults::{zone_aware, Component};
+use crate::model::names;
+use crate::render::kinds::ChildKind;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    #[error("LokiStack {0} has no namespace; LokiStack is a namespaced resource")]
+    NoNamespace(String),
+    #[error("cannot read the CA ConfigMap {name} (spec.storage.tls): {source}")]
+    ReadCa { name: String, source: kube::Error },
+}
+
+/// What the caches hold for one stack, at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The object storage Secret, with key names only.
+    pub secret: Option<Arc<Secret>>,
+    /// The key names of the CA ConfigMap `spec.storage.tls` names: `None` when it does
+    /// not exist or the stack sets no CA (see [`storage_ca_keys`]).
+    pub storage_ca_keys: Option<BTreeSet<String>>,
+    /// The StorageClass the stack's claims get: the one it names, else the default.
+    pub storage_class: Option<Arc<StorageClass>>,
+    /// Every node, for a zone-aware stack (its zone check counts them all); else empty.
+    pub nodes: Vec<Arc<Node>>,
+    /// The volumes bound to the stack's claims, for a zone-aware stack; else empty.
+    pub volumes: Vec<Arc<PersistentVolume>>,
+    /// The stack's pods (by instance label), sorted by name.
+    pub pods: Vec<Arc<Pod>>,
+    /// The nodes the stack's pods are bound to, by name.
+    pub pod_nodes: HashMap<String, Arc<Node>>,
+    /// The stack's children (instance label and this stack's controller owner), by kind
+    /// and name: what this operator applied, and what the Go Loki Operator left.
+    pub children: BTreeMap<(ChildKind, String), ChildState>,
+    /// The stack's StatefulSets (this stack's controller owner), typed and stripped, by
+    /// name: what the zone-by-zone rollout reads.
+    pub statefulsets: Vec<Arc<StatefulSet>>,
+    /// The zone-disruption webhook decides the evictions of this stack's ingesters (set
+    /// by the reconciler from the webhook's coverage, not from a cache).
+    pub disruptions_by_zone: bool,
+    /// When the snapshot was taken: the clock the pure steps read.
+    pub now: Timestamp,
+}
+
+/// What the cache says of one existing child.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChildState {
+    /// [`version_of`] the server's copy.
+    pub version: String,
+    /// This operator has applied it, so it is this operator's to remove when no longer
+    /// rendered. Anything else owned by the stack (the Go operator's gateway) is left.
+    pub applied_by_us: bool,
+    /// The Go Loki Operator's fields are on it: the next apply takes them over first.
+    pub written_by_go: bool,
+}
+
+impl ChildState {
+    /// A child this operator applied and nobody else wrote, as tests and a steady state
+    /// have it.
+    pub fn ours(version: &str) -> ChildState {
+        ChildState {
+            version: version.to_string(),
+            applied_by_us: true,
+            written_by_go: false,
+        }
+    }
+}
+
+impl Snapshot {
+    pub fn take(caches: &Caches, stack: &LokiStack) -> Result<Snapshot, ObserveError> {
+        let name = stack.name_any();
+        let namespace = stack
+            .namespace()
+            .ok_or_else(|| ObserveError::NoNamespace(name.clone()))?;
+        let uid = stack.metadata.uid.clone().unwrap_or_default();
+        let secret = caches
+            .secrets
+            .get(&ObjectRef::new(&stack.spec.storage.secret.name).within(&namespace));
+        let storage_class = match stack.spec.storage_class_name.as_deref() {
+            Some(name) => caches.storage_classes.get(&ObjectRef::new(name)),
+            None => caches
+                .storage_classes
+                .state()
+                .into_iter()
+                .find(|c| crate::checks::volumes::is_default(c)),
+        };
+        let (nodes, volumes) = if zone_aware(&stack.spec) {
+            (
+                caches.nodes.state(),
+                stack_volumes(caches, &namespace, &name),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let mut pods = caches.stack_pods(&namespace, &name);
+        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let pod_nodes = pods
+            .iter()
+            .filter_map(|p| node_name(p))
+            .filter_map(|n| {
+                let node = caches.nodes.get(&ObjectRef::new(n))?;
+                Some((n.to_string(), node))
+            })
+            .collect();
+        let children = owned_children(caches, &namespace, &name, &uid);
+        let statefulsets = owned_statefulsets(caches, &namespace, &uid);
+        Ok(Snapshot {
+            namespace,
+            name,
+            uid,
+            secret,
+            // Read apart by `storage_ca_keys`: ConfigMaps are not cached.
+            storage_ca_keys: None,
+            storage_class,
+            nodes,
+            volumes,
+            pods,
+            pod_nodes,
+            children,
+            statefulsets,
+            disruptions_by_zone: false,
+            now: Timestamp::now(),
+        })
+    }
+
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.pod_nodes.get(name).map(AsRef::as_ref)
+    }
+
+    pub fn pod_refs(&self) -> Vec<&Pod> {
+        self.pods.iter().map(AsRef::as_ref).collect()
+    }
+}
+
+/// The key names of the stack's CA ConfigMap, if it sets one and it exists. ConfigMaps are
+/// not cached (nothing else needs them, and a watch would hold every ConfigMap of the
+/// cluster), so this is one read per reconcile of a stack that sets a CA.
+pub async fn storage_ca_keys(
+    client: &Client,
+    stack: &LokiStack,
+    namespace: &str,
+) -> Result<Option<BTreeSet<String>>, ObserveError> {
+    let Some(tls) = &stack.spec.storage.tls else {
+        return Ok(None);
+    };
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let found = api
+        .get_opt(&tls.ca_name)
+        .await
+        .map_err(|source| ObserveError::ReadCa {
+            name: tls.ca_name.clone(),
+            source,
+        })?;
+    Ok(found.map(|cm| {
+        let text = cm.data.into_iter().flat_map(|d| d.into_keys());
+        let binary = cm.binary_data.into_iter().flat_map(|d| d.into_keys());
+        text.chain(binary).collect()
+    }))
+}
+
+/// The volumes bound to claims of the stack's StatefulSets, found by the claim each
+/// volume names (volumes carry no labels of their claim). A Released volume, whose claim
+/// was deleted, holds nothing of the stack any more.
+fn stack_volumes(caches: &Caches, namespace: &str, stack: &str) -> Vec<Arc<PersistentVolume>> {
+    let mut out = caches.volumes.state_filter(|pv| {
+        let bound = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        bound
+            && pv
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .filter(|c| c.namespace.as_deref() == Some(namespace))
+                .and_then(|c| c.name.as_deref())
+                .is_some_and(|claim| Component::ALL.iter().any(|c| c.owns_claim(stack, claim)))
+    });
+    out.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    out
+}
+
+fn owned_children(
+    caches: &Caches,
+    namespace: &str,
+    stack: &str,
+    uid: &str,
+) -> BTreeMap<(ChildKind, String), ChildState> {
+    let mut out = BTreeMap::new();
+    let mut visit = |kind: ChildKind, meta: &ObjectMeta| {
+        let ours = meta.namespace.as_deref() == Some(namespace)
+            && meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(names::LABEL_INSTANCE))
+                .map(String::as_str)
+                == Some(stack)
+            && meta
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid);
+        if let (true, Some(name)) = (ours, meta.name.clone()) {
+            let (applied_by_us, written_by_go) = writers(meta);
+            let state = ChildState {
+                version: version_of(meta),
+                applied_by_us,
+                written_by_go,
+            };
+            out.insert((kind, name), state);
+        }
+    };
+    for (kind, _, store) in &caches.children {
+        for m in store.state() {
+            visit(*kind, &m.metadata);
+        }
+    }
+    // StatefulSets are cached once, typed.
+    for s in caches.statefulsets.state() {
+        visit(ChildKind::StatefulSet, &s.metadata);
+    }
+    out
+}
+
+/// What identifies the server's copy of an object for the apply skip check:
+/// `metadata.generation` where the kind has one (status updates do not change it), else
+/// `metadata.resourceVersion`.
+pub fn version_of(meta: &ObjectMeta) -> String {
+    match meta.generation {
+        Some(g) => format!("g{g}"),
+        None => format!("rv{}", meta.resource_version.as_deref().unwrap_or_default()),
+    }
+}
+
+/// The stack's StatefulSets (controller-owned by it), sorted by name.
+fn owned_statefulsets(caches: &Caches, namespace: &str, uid: &str) -> Vec<Arc<StatefulSet>> {
+    let mut sets = caches.statefulsets.state_filter(|s| {
+        s.metadata.namespace.as_deref() == Some(namespace)
+            && s.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.uid == uid)
+    });
+    sets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    sets
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_prefer_generation() {
+        let mut m = ObjectMeta {
+            resource_version: Some("7".into()),
+            ..Default::default()
+        };
+        assert_eq!(version_of(&m), "rv7");
+        m.generation = Some(3);
+        assert_eq!(version_of(&m), "g3");
+    }
+}

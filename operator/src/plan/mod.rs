@@ -1,0 +1,538 @@
+//! Plan, the second step of a reconcile: a pure function of the stack and its snapshot
+//! that decides what the cluster should hold.
+//!
+//! A Degraded finding (invalid spec, storage Secret, zone check) holds the new spec back:
+//! nothing is applied, nothing is removed or scaled down, `observedGeneration` stays
+//! behind, and the next trigger (a node or Secret change) plans again by itself. What runs
+//! keeps running on the last good spec.
+
+pub mod recovery;
+pub mod rollout;
+pub mod scale_down;
+pub mod staging;
+
+use std::collections::BTreeSet;
+
+use crate::checks::validate::{validate_stack, InvalidSpec};
+use crate::checks::volumes::{self, StorageClassFinding};
+use crate::checks::zones::{self, ZoneCheck};
+use crate::model::api::{LokiStack, ZoneAwarenessStatus};
+use crate::model::conditions::Reason;
+use crate::model::defaults::{effective, Component, EffectiveStack};
+use crate::model::go_compat;
+use crate::model::names;
+use crate::model::storage::{
+    check_ca, check_secret, store_params, StorageCaError, StorageSecretError, StoreParams,
+};
+use crate::observe::Snapshot;
+use crate::render::kinds::ChildKind;
+use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("rendering the stack's objects failed: {0}")]
+    Render(#[from] RenderError),
+}
+
+/// What the checks found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    pub invalid: Option<InvalidSpec>,
+    pub secret: Option<StorageSecretError>,
+    /// The CA bundle of `spec.storage.tls`, when it is missing or lacks its key.
+    pub storage_ca: Option<StorageCaError>,
+    pub storage_class: Option<StorageClassFinding>,
+    /// `None` for a stack that is not zone-aware.
+    pub zone: Option<ZoneCheck>,
+    /// Go Loki Operator fields the stack sets that this operator does not act on.
+    pub unsupported: Vec<String>,
+    /// A stack annotation that is set but invalid, and what applies instead.
+    pub annotation: Option<String>,
+}
+
+impl Findings {
+    /// The Degraded reason and message when the spec must be held back; the first finding
+    /// in this order wins, since fixing it may change the others. A zone outage is not
+    /// among them: during one, spec changes still go out (see [`Plan::held`]).
+    pub fn hold_back(&self) -> Option<(Reason, String)> {
+        if let Some(e) = &self.invalid {
+            return Some((Reason::InvalidSpec, format!("{e}. Fix the LokiStack spec")));
+        }
+        if let Some(e) = &self.secret {
+            return Some((e.reason(), e.to_string()));
+        }
+        if let Some(e) = &self.storage_ca {
+            return Some((e.reason(), e.to_string()));
+        }
+        if let Some(f) = self.storage_class.as_ref().filter(|f| f.holds_back()) {
+            return Some((f.reason(), f.to_string()));
+        }
+        self.zone
+            .as_ref()
+            .filter(|z| z.verdict.is_degraded())
+            .map(|z| (z.verdict.reason(), z.message()))
+    }
+}
+
+#[derive(Debug)]
+pub enum Action {
+    /// Leave every object as it is (see the module comment).
+    HoldBack,
+    /// Apply `children` in order, then remove `stale`: objects this operator applied for
+    /// the stack that it no longer renders (a disabled ruler). PersistentVolumeClaims are
+    /// never in it.
+    Apply {
+        children: Vec<Child>,
+        stale: Vec<(ChildKind, String)>,
+        /// Objects owned by the stack that this operator neither applied nor renders (the
+        /// Go Loki Operator's gateway after a migration): left as they run, and reported.
+        left: Vec<(ChildKind, String)>,
+    },
+}
+
+#[derive(Debug)]
+pub struct Plan {
+    pub eff: EffectiveStack,
+    pub findings: Findings,
+    pub action: Action,
+    /// Ring members (StatefulSets) left as they run because a zone is unavailable.
+    pub held: Vec<String>,
+    /// The stage of turning zones on or off (`staging.rs`); the previous one while the
+    /// spec is held back.
+    pub zone_awareness: Option<ZoneAwarenessStatus>,
+}
+
+/// The zone check of a zone-aware stack, on every node and the stack's volumes.
+fn zone_check(eff: &EffectiveStack, snapshot: &Snapshot) -> Option<ZoneCheck> {
+    let nodes = snapshot.nodes.iter().map(AsRef::as_ref);
+    let volumes = snapshot.volumes.iter().map(AsRef::as_ref);
+    eff.zone_aware().then(|| zones::check(eff, nodes, volumes))
+}
+
+/// The object store's parameters from the stack's Secret (key names and the values that
+/// shape the config), or what is wrong with it.
+fn secret_params(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+) -> Result<StoreParams, StorageSecretError> {
+    let spec = &stack.spec.storage.secret;
+    let secret = snapshot.secret.as_deref();
+    check_secret(spec.type_, &spec.name, &snapshot.namespace, secret)?;
+    match secret {
+        Some(s) => store_params(spec.type_, &spec.name, s),
+        None => Ok(StoreParams::default()),
+    }
+}
+
+/// Every check of the stack against what was observed; the storage Secret's parameters
+/// go into `eff` when it is usable.
+fn check(stack: &LokiStack, snapshot: &Snapshot, eff: &mut EffectiveStack) -> Findings {
+    let secret = match secret_params(stack, snapshot) {
+        Ok(params) => {
+            eff.store = params;
+            None
+        }
+        Err(e) => Some(e),
+    };
+    Findings {
+        invalid: validate_stack(stack).err(),
+        secret,
+        storage_ca: stack.spec.storage.tls.as_ref().and_then(|tls| {
+            check_ca(tls, &snapshot.namespace, snapshot.storage_ca_keys.as_ref()).err()
+        }),
+        storage_class: volumes::check(
+            stack.spec.storage_class_name.as_deref(),
+            snapshot.storage_class.as_deref(),
+            eff.zone_aware(),
+        ),
+        zone: zone_check(eff, snapshot),
+        unsupported: go_compat::unsupported_fields(&stack.spec),
+        annotation: staging::read_path_delay(stack).err(),
+    }
+}
+
+pub fn plan(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+) -> Result<Plan, PlanError> {
+    let mut eff = effective(&stack.spec);
+    let findings = check(stack, snapshot, &mut eff);
+    if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
+        eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();
+    }
+    if snapshot.disruptions_by_zone && staging::ingesters_zone_aware(snapshot) {
+        eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
+    }
+    let mut held = Vec::new();
+    let mut zone_awareness = stack.status.as_ref().and_then(|s| s.zone_awareness.clone());
+    let action = if findings.hold_back().is_some() {
+        Action::HoldBack
+    } else {
+        zone_awareness = staging::stage(stack, snapshot, &mut eff)?;
+        let mut children = render(stack, &eff, settings, caps)?;
+        // Stale before holding: a held StatefulSet is still wanted, never removed.
+        let (stale, left) = not_rendered(snapshot, &children);
+        if zone_outage(&findings) && !forced(stack) {
+            held = hold_ring_members(snapshot, &mut children);
+        }
+        Action::Apply {
+            children,
+            stale,
+            left,
+        }
+    };
+    Ok(Plan {
+        eff,
+        findings,
+        action,
+        held,
+        zone_awareness,
+    })
+}
+
+/// The ingesters one zone may have down at once: `spec.replication.maxUnavailablePerZone`,
+/// else a whole zone's share (the spread keeps zones within one ingester of each other).
+/// Which zone they are in is the zone-disruption webhook's to decide.
+fn per_zone_disruptions(stack: &LokiStack, eff: &EffectiveStack, zone: Option<&ZoneCheck>) -> i32 {
+    let set = stack
+        .spec
+        .replication
+        .as_ref()
+        .and_then(|r| r.max_unavailable_per_zone);
+    let replicas = eff.component(Component::Ingester).map_or(1, |c| c.replicas);
+    let zones = zone.map_or(1, |z| z.zones.len().max(1));
+    let zones = i32::try_from(zones).unwrap_or(i32::MAX);
+    let share = (replicas.max(1) + zones - 1) / zones;
+    set.unwrap_or(share).clamp(1, replicas.max(1))
+}
+
+fn zone_outage(findings: &Findings) -> bool {
+    findings
+        .zone
+        .as_ref()
+        .is_some_and(|z| !z.unavailable.is_empty())
+}
+
+/// The stack asks to roll ring members during an outage.
+pub fn forced(stack: &LokiStack) -> bool {
+    stack
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_ROLL_DURING_OUTAGE))
+        .is_some_and(|v| v == "true")
+}
+
+/// While a zone is unavailable, the StatefulSets that already run (ingesters and the
+/// other ring members) are not sent: a changed pod template would restart members in the
+/// available zones, each restart taking a copy of its streams that the outage has not
+/// already taken. Their change goes out when every zone is back. Stateless components
+/// and new StatefulSets are applied as usual.
+fn hold_ring_members(snapshot: &Snapshot, children: &mut Vec<Child>) -> Vec<String> {
+    let mut held = Vec::new();
+    children.retain(|c| {
+        let running = ChildKind::of(c) == ChildKind::StatefulSet
+            && snapshot
+                .children
+                .contains_key(&(ChildKind::StatefulSet, c.name().to_string()));
+        if running {
+            held.push(c.name().to_string());
+        }
+        !running
+    });
+    held
+}
+
+type Names = Vec<(ChildKind, String)>;
+
+/// Children in the snapshot that the plan does not render: (those this operator applied,
+/// to remove; the others, to leave).
+fn not_rendered(snapshot: &Snapshot, children: &[Child]) -> (Names, Names) {
+    let wanted: BTreeSet<(ChildKind, &str)> = children
+        .iter()
+        .map(|c| (ChildKind::of(c), c.name()))
+        .collect();
+    let (stale, left): (Vec<_>, Vec<_>) = snapshot
+        .children
+        .iter()
+        .filter(|((k, n), _)| !wanted.contains(&(*k, n.as_str())))
+        .partition(|(_, state)| state.applied_by_us);
+    let names =
+        |v: Vec<(&(ChildKind, String), _)>| v.into_iter().map(|(id, _)| id.clone()).collect();
+    (names(stale), names(left))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::api::LokiStackSize;
+    use crate::observe::ChildState;
+    use crate::testing::{node, stack, stack_spec, zoned_spec, ZONE};
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::ByteString;
+    use std::sync::Arc;
+
+    fn secret_with(keys: &[&str]) -> Arc<Secret> {
+        Arc::new(Secret {
+            data: Some(
+                keys.iter()
+                    .map(|k| (k.to_string(), ByteString(vec![1])))
+                    .collect(),
+            ),
+            ..Default::default()
+        })
+    }
+
+    fn snapshot_for(s: &LokiStack) -> Snapshot {
+        let keys = crate::model::storage::required_keys(s.spec.storage.secret.type_);
+        let class = k8s_openapi::api::storage::v1::StorageClass {
+            metadata: kube::api::ObjectMeta {
+                name: s.spec.storage_class_name.clone(),
+                ..Default::default()
+            },
+            volume_binding_mode: Some("WaitForFirstConsumer".into()),
+            ..Default::default()
+        };
+        Snapshot {
+            namespace: "ns".into(),
+            name: s.metadata.name.clone().unwrap_or_default(),
+            secret: Some(secret_with(&keys)),
+            storage_class: Some(Arc::new(class)),
+            ..Default::default()
+        }
+    }
+
+    /// The ingester budget of the PDB rendered for a 3-zone stack with `ingesters`
+    /// replicas, with or without the zone-disruption webhook.
+    fn ingester_budget(ingesters: i32, per_zone: Option<i32>, webhook: bool) -> serde_json::Value {
+        budget_with_pods(ingesters, per_zone, webhook, Vec::new())
+    }
+
+    fn budget_with_pods(
+        ingesters: i32,
+        per_zone: Option<i32>,
+        webhook: bool,
+        pods: Vec<k8s_openapi::api::core::v1::Pod>,
+    ) -> serde_json::Value {
+        let mut spec = zoned_spec(LokiStackSize::Small, 3, &[ZONE]);
+        spec.template =
+            serde_json::from_value(serde_json::json!({"ingester": {"replicas": ingesters}}))
+                .expect("template");
+        if let Some(r) = spec.replication.as_mut() {
+            r.max_unavailable_per_zone = per_zone;
+        }
+        let s = stack("s", spec);
+        let mut snap = snapshot_for(&s);
+        snap.nodes = ["a", "b", "c"]
+            .iter()
+            .map(|z| Arc::new(node(z, &[(ZONE, z)])))
+            .collect();
+        snap.disruptions_by_zone = webhook;
+        snap.pods = pods.into_iter().map(Arc::new).collect();
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let Action::Apply { children, .. } = &p.action else {
+            panic!("applied");
+        };
+        let pdb = children
+            .iter()
+            .find(|c| {
+                ChildKind::of(c) == ChildKind::PodDisruptionBudget && c.name() == "s-ingester"
+            })
+            .expect("ingester PDB");
+        pdb.to_json().expect("json")["spec"]["maxUnavailable"].clone()
+    }
+
+    /// The webhook keeps evictions in one zone, so the budget may allow a zone's share;
+    /// without it, one ingester at a time is what keeps a drain inside one zone.
+    #[test]
+    fn the_ingester_budget_is_a_zone_s_share_only_when_the_webhook_decides() {
+        assert_eq!(ingester_budget(6, None, false), 1);
+        assert_eq!(ingester_budget(6, None, true), 2);
+        assert_eq!(ingester_budget(7, None, true), 3);
+        assert_eq!(ingester_budget(6, Some(1), true), 1);
+        assert_eq!(ingester_budget(6, Some(50), true), 6);
+        // Zones being turned on: an ingester of the old template is not zone-aware, and
+        // the webhook does not see it.
+        let ingester = |zone_aware: bool| {
+            let mut labels = serde_json::json!({(names::LABEL_COMPONENT): "ingester"});
+            if zone_aware {
+                labels[names::LABEL_ZONE_AWARE] = names::LABEL_ZONE_AWARE_VALUE.into();
+            }
+            serde_json::from_value(
+                serde_json::json!({"metadata": {"name": "s-ingester-0", "labels": labels}}),
+            )
+            .expect("pod")
+        };
+        assert_eq!(budget_with_pods(6, None, true, vec![ingester(true)]), 2);
+        assert_eq!(budget_with_pods(6, None, true, vec![ingester(false)]), 1);
+    }
+
+    #[test]
+    fn a_valid_stack_is_applied_and_a_disabled_ruler_is_stale() {
+        let s = stack("s", stack_spec(LokiStackSize::Demo));
+        let mut snap = snapshot_for(&s);
+        snap.children.insert(
+            (ChildKind::StatefulSet, "s-ruler".into()),
+            ChildState::ours("g1"),
+        );
+        snap.children.insert(
+            (ChildKind::StatefulSet, "s-ingester".into()),
+            ChildState::ours("g1"),
+        );
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let Action::Apply {
+            children,
+            stale,
+            left,
+        } = p.action
+        else {
+            panic!("held back: {:?}", p.findings.hold_back())
+        };
+        assert!(children.iter().any(|c| c.name() == "s-ingester"));
+        assert_eq!(stale, vec![(ChildKind::StatefulSet, "s-ruler".to_string())]);
+        assert!(left.is_empty());
+    }
+
+    #[test]
+    fn too_few_zones_hold_the_spec_back() {
+        let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let mut snap = snapshot_for(&s);
+        snap.nodes = ["a", "b"]
+            .iter()
+            .map(|z| Arc::new(node(z, &[(ZONE, z)])))
+            .collect();
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(matches!(p.action, Action::HoldBack));
+        assert_eq!(
+            p.findings.hold_back().map(|d| d.0),
+            Some(Reason::ZonesInsufficient)
+        );
+    }
+
+    #[test]
+    fn a_missing_secret_holds_the_spec_back() {
+        let s = stack("s", stack_spec(LokiStackSize::Demo));
+        let mut snap = snapshot_for(&s);
+        snap.secret = None;
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(matches!(p.action, Action::HoldBack));
+        assert_eq!(
+            p.findings.hold_back().map(|d| d.0),
+            Some(Reason::MissingObjectStorageSecret)
+        );
+    }
+
+    #[test]
+    fn during_an_outage_running_ring_members_are_held_unless_forced() {
+        let mut s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let mut snap = snapshot_for(&s);
+        snap.nodes = ["a", "b", "c"]
+            .iter()
+            .map(|z| {
+                let mut n = node(z, &[(ZONE, z)]);
+                if *z == "c" {
+                    n.status = None;
+                }
+                Arc::new(n)
+            })
+            .collect();
+        snap.children.insert(
+            (ChildKind::StatefulSet, "s-ingester".into()),
+            ChildState::ours("g1"),
+        );
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert_eq!(p.held, ["s-ingester"]);
+        let Action::Apply {
+            children, stale, ..
+        } = &p.action
+        else {
+            panic!("an outage must not hold the spec back")
+        };
+        assert!(stale.is_empty(), "a held StatefulSet is not stale");
+        let sts =
+            |c: &Child, name: &str| ChildKind::of(c) == ChildKind::StatefulSet && c.name() == name;
+        assert!(!children.iter().any(|c| sts(c, "s-ingester")));
+        assert!(
+            children.iter().any(|c| c.name() == "s-querier"),
+            "stateless components still roll"
+        );
+        assert!(
+            children.iter().any(|c| sts(c, "s-compactor")),
+            "a StatefulSet that does not run yet is created"
+        );
+        s.metadata.annotations = Some(
+            [(
+                names::ANNOTATION_ROLL_DURING_OUTAGE.to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(p.held.is_empty());
+    }
+
+    #[test]
+    fn what_the_go_operator_left_is_taken_over_or_left_never_removed() {
+        let s = stack("s", stack_spec(LokiStackSize::Demo));
+        let mut snap = snapshot_for(&s);
+        let go = ChildState {
+            version: "g4".into(),
+            applied_by_us: false,
+            written_by_go: true,
+        };
+        snap.children
+            .insert((ChildKind::Deployment, "s-gateway".into()), go.clone());
+        snap.children
+            .insert((ChildKind::StatefulSet, "s-ingester".into()), go);
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let Action::Apply {
+            children,
+            stale,
+            left,
+        } = p.action
+        else {
+            panic!("held back: {:?}", p.findings.hold_back())
+        };
+        assert!(
+            children.iter().any(|c| c.name() == "s-ingester"),
+            "rendered: applied"
+        );
+        assert!(stale.is_empty(), "nothing of the Go operator's is removed");
+        assert_eq!(left, vec![(ChildKind::Deployment, "s-gateway".to_string())]);
+    }
+
+    #[test]
+    fn a_missing_ca_bundle_holds_the_spec_back_naming_it() {
+        let mut spec = stack_spec(LokiStackSize::Demo);
+        spec.storage.tls = Some(crate::model::api::ObjectStorageTlsSpec {
+            ca_name: "minio-ca".into(),
+            ca_key: None,
+        });
+        let s = stack("s", spec);
+        let mut snap = snapshot_for(&s);
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(matches!(p.action, Action::HoldBack));
+        let (reason, message) = p.findings.hold_back().expect("held back");
+        assert_eq!(reason, Reason::MissingObjectStorageCAConfigMap);
+        assert!(
+            message.contains("\"minio-ca\"") && message.contains("service-ca.crt"),
+            "{message}"
+        );
+
+        snap.storage_ca_keys = Some(["ca.crt".to_string()].into());
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let (reason, message) = p.findings.hold_back().expect("held back");
+        assert_eq!(reason, Reason::InvalidObjectStorageCAConfigMap);
+        assert!(message.contains("its keys: ca.crt"), "{message}");
+
+        snap.storage_ca_keys = Some(["service-ca.crt".to_string()].into());
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(
+            matches!(p.action, Action::Apply { .. }),
+            "{:?}",
+            p.findings.hold_back()
+        );
+    }
+}

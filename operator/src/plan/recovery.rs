@@ -1,0 +1,339 @@
+//! Recovery from a lost zone for the components whose state lives in object storage
+//! (compactor, index gateway, ruler), opt-in through
+//! `spec.replication.zoneOutage.recoverAfter`.
+//!
+//! A StatefulSet pod stranded in a lost zone cannot move by itself: its claims are bound
+//! to volumes pinned to that zone, and the pod object stays until a kubelet confirms it
+//! stopped. Moving it takes three steps, each decided from what the caches show now, so
+//! a restart of the operator in the middle simply goes on:
+//!
+//! 1. delete the pod's claims (they stay, Terminating, while a scheduled pod uses them);
+//! 2. force-delete the pod (no kubelet will ever confirm it);
+//! 3. the StatefulSet recreates the pod, which cannot schedule on claims being deleted,
+//!    so the claims go; a recreated pod still waiting for them is deleted once more, and
+//!    the StatefulSet creates it with new claims, in an available zone.
+//!
+//! Ingesters are never moved: their WAL holds data not yet in object storage, and the
+//! copies of their streams are in the other zones. Nothing here runs while the stack has
+//! no unavailable zone, or for a stack without the opt-in; without the delete rights
+//! (the optional zone-outage-recovery RBAC component) the condition lists the commands.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::checks::podzone::node_name;
+use crate::checks::zones::{self, volume_zone, ZoneCheck};
+use crate::model::api::LokiStack;
+use crate::model::defaults::Component;
+use crate::model::duration::parse_duration;
+use crate::model::names;
+use crate::observe::Snapshot;
+use crate::plan::Plan;
+
+/// The components whose pods may be moved out of a lost zone.
+pub const MOVABLE: [Component; 3] = [
+    Component::Compactor,
+    Component::IndexGateway,
+    Component::Ruler,
+];
+
+/// What a pod needs to leave a lost zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Steps 1 and 2: the pod is on a node of the lost zone, or waits on claims whose
+    /// volumes are pinned there.
+    MoveOut,
+    /// Step 3: a recreated pod waiting to be scheduled; deleted if its claims are gone
+    /// or going (the executor looks), else left to schedule.
+    Recreate,
+}
+
+/// One pod of a movable component, and what moving it takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Move {
+    pub pod: String,
+    pub uid: String,
+    pub step: Step,
+    /// The lost zone, for [`Step::MoveOut`].
+    pub zone: Option<String>,
+    /// The pod's claims, by the names its StatefulSet gives them.
+    pub claims: Vec<String>,
+    /// `None`: due now; else when the grace period ends.
+    pub due: Option<Timestamp>,
+}
+
+impl Move {
+    /// What an admin runs to do the same by hand (the runbook's commands).
+    pub fn commands(&self, namespace: &str) -> String {
+        format!(
+            "kubectl -n {namespace} delete pvc {} --wait=false && kubectl -n {namespace} delete pod {} --grace-period=0 --force",
+            self.claims.join(" "),
+            self.pod
+        )
+    }
+}
+
+/// The recovery's grace period, when the stack opted in.
+pub fn grace(stack: &LokiStack) -> Option<Duration> {
+    let after = stack
+        .spec
+        .replication
+        .as_ref()?
+        .zone_outage
+        .as_ref()?
+        .recover_after
+        .as_deref()?;
+    parse_duration(after).ok()
+}
+
+/// The pods of movable components to look at while a zone is unavailable: those on a
+/// node of it or waiting on claims whose volumes are pinned there ([`Step::MoveOut`],
+/// due after the grace period), and the others waiting to be scheduled
+/// ([`Step::Recreate`]). Pure: a function of the snapshot, the plan and the clock.
+pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timestamp) -> Vec<Move> {
+    let Some(z) = plan
+        .findings
+        .zone
+        .as_ref()
+        .filter(|z| !z.unavailable.is_empty())
+    else {
+        return Vec::new();
+    };
+    let grace = SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX);
+    let mut out = Vec::new();
+    for pod in &snapshot.pods {
+        let Some(component) = movable(pod) else {
+            continue;
+        };
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let claims = claims_of(plan, component, &name);
+        let lost = pod_zone(snapshot, z, pod, &claims)
+            .and_then(|zone| z.unavailable.iter().find(|u| u.zone == zone));
+        let (step, zone, due) = match lost {
+            Some(lost) => {
+                let since = lost
+                    .since
+                    .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
+                let due = since
+                    .and_then(|s| s.checked_add(grace).ok())
+                    .filter(|d| *d > now);
+                (Step::MoveOut, Some(lost.zone.clone()), due)
+            }
+            None if node_name(pod).is_none() => (Step::Recreate, None, None),
+            None => continue,
+        };
+        out.push(Move {
+            pod: name,
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            step,
+            zone,
+            claims,
+            due,
+        });
+    }
+    out
+}
+
+fn movable(pod: &Pod) -> Option<Component> {
+    let labels = pod.metadata.labels.as_ref()?;
+    let c = Component::from_name(labels.get(names::LABEL_COMPONENT)?)?;
+    MOVABLE.contains(&c).then_some(c)
+}
+
+/// `<volume>-<pod>`, as a StatefulSet names the claims of its pods.
+fn claims_of(plan: &Plan, component: Component, pod: &str) -> Vec<String> {
+    plan.eff
+        .component(component)
+        .map(|c| {
+            c.volumes
+                .iter()
+                .map(|v| format!("{}-{pod}", v.name))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The zone a pod is held in: its node's, else (not scheduled) that of a bound volume of
+/// one of its claims.
+fn pod_zone(snapshot: &Snapshot, z: &ZoneCheck, pod: &Pod, claims: &[String]) -> Option<String> {
+    if let Some(node) = node_name(pod) {
+        let node = snapshot.node(node)?;
+        return zones::zone_of(
+            node.metadata.labels.as_ref(),
+            z.keys.iter().map(String::as_str),
+        )
+        .ok();
+    }
+    snapshot.volumes.iter().find_map(|pv| {
+        let claim = pv.spec.as_ref()?.claim_ref.as_ref()?.name.as_ref()?;
+        claims.contains(claim).then(|| volume_zone(pv, &z.keys))?
+    })
+}
+
+/// What one pass of the recovery did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Pods deleted this pass, to be recreated in an available zone.
+    pub moved: Vec<Move>,
+    /// Moves that are due but could not be done, with why.
+    pub failed: Vec<(Move, String)>,
+    /// Moves waiting for the grace period.
+    pub waiting: Vec<Move>,
+    /// Without the opt-in: the pods an admin may move, with [`Move::commands`].
+    pub manual: Vec<Move>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::api::LokiStackSize;
+    use crate::model::defaults::effective;
+    use crate::plan::{Action, Findings};
+    use crate::testing::{node, stack, zoned_spec, ZONE};
+
+    fn down(name: &str, zone: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {ZONE: zone}},
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+        }))
+        .expect("node")
+    }
+
+    fn pod(name: &str, component: &str, node: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}"),
+                "creationTimestamp": "2026-01-01T00:05:00Z",
+                "labels": {names::LABEL_COMPONENT: component}},
+            "spec": {"nodeName": node, "containers": []},
+        }))
+        .expect("pod")
+    }
+
+    fn pinned(claim: &str, zone: &str) -> PersistentVolume {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("pv-{claim}")},
+            "spec": {"claimRef": {"namespace": "ns", "name": claim},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": ZONE, "operator": "In", "values": [zone]}]}]}}},
+        }))
+        .expect("pv")
+    }
+
+    fn setup(pods: Vec<Pod>, volumes: Vec<PersistentVolume>) -> (Snapshot, Plan) {
+        let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let eff = effective(&s.spec);
+        let nodes = vec![
+            node("a1", &[(ZONE, "a")]),
+            node("b1", &[(ZONE, "b")]),
+            down("c1", "c"),
+        ];
+        let zone = zones::check(&eff, &nodes, &volumes);
+        let snapshot = Snapshot {
+            pod_nodes: nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.metadata.name.clone().unwrap_or_default(),
+                        Arc::new(n.clone()),
+                    )
+                })
+                .collect(),
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+            pods: pods.into_iter().map(Arc::new).collect(),
+            volumes: volumes.into_iter().map(Arc::new).collect(),
+            ..Default::default()
+        };
+        let plan = Plan {
+            eff,
+            findings: Findings {
+                zone: Some(zone),
+                ..Default::default()
+            },
+            action: Action::HoldBack,
+            held: Vec::new(),
+            zone_awareness: None,
+        };
+        (snapshot, plan)
+    }
+
+    fn at(t: &str) -> Timestamp {
+        t.parse().expect("time")
+    }
+
+    #[test]
+    fn only_object_storage_components_in_the_lost_zone_move_after_the_grace() {
+        let (snapshot, plan) = setup(
+            vec![
+                pod("s-compactor-0", "compactor", Some("c1")),
+                pod("s-index-gateway-1", "index-gateway", Some("c1")),
+                pod("s-index-gateway-0", "index-gateway", Some("a1")),
+                pod("s-ingester-2", "ingester", Some("c1")),
+                pod("s-querier-x", "querier", Some("c1")),
+            ],
+            vec![],
+        );
+        let grace = Duration::from_secs(600);
+        let early = candidates(&snapshot, &plan, grace, at("2026-01-01T00:09:00Z"));
+        let names: Vec<&str> = early.iter().map(|m| m.pod.as_str()).collect();
+        assert_eq!(names, ["s-compactor-0", "s-index-gateway-1"]);
+        assert!(early.iter().all(|m| m.step == Step::MoveOut));
+        assert_eq!(early[0].due, Some(at("2026-01-01T00:10:00Z")));
+        assert_eq!(early[0].zone.as_deref(), Some("c"));
+        assert_eq!(early[0].claims, ["storage-s-compactor-0"]);
+        let late = candidates(&snapshot, &plan, grace, at("2026-01-01T00:10:00Z"));
+        assert!(late.iter().all(|m| m.due.is_none()));
+        assert_eq!(
+            late[0].commands("ns"),
+            "kubectl -n ns delete pvc storage-s-compactor-0 --wait=false && kubectl -n ns delete pod s-compactor-0 --grace-period=0 --force"
+        );
+    }
+
+    #[test]
+    fn a_waiting_pod_moves_out_if_its_volume_is_in_the_lost_zone_else_is_looked_at() {
+        let (snapshot, plan) = setup(
+            vec![
+                pod("s-compactor-0", "compactor", None),
+                pod("s-ruler-0", "ruler", None),
+            ],
+            vec![
+                pinned("storage-s-compactor-0", "c"),
+                pinned("storage-s-ruler-0", "a"),
+            ],
+        );
+        let now = at("2026-01-01T01:00:00Z");
+        let moves = candidates(&snapshot, &plan, Duration::from_secs(60), now);
+        let steps: Vec<(&str, Step)> = moves.iter().map(|m| (m.pod.as_str(), m.step)).collect();
+        assert_eq!(
+            steps,
+            [
+                ("s-compactor-0", Step::MoveOut),
+                ("s-ruler-0", Step::Recreate)
+            ]
+        );
+        // The pod's creation stands in for the zone's "since" only when no node says.
+        assert_eq!(moves[0].due, None);
+    }
+
+    #[test]
+    fn nothing_moves_while_every_zone_is_available() {
+        let (mut snapshot, mut plan) = setup(vec![pod("s-compactor-0", "compactor", None)], vec![]);
+        let nodes: Vec<Node> = vec![
+            node("a1", &[(ZONE, "a")]),
+            node("b1", &[(ZONE, "b")]),
+            node("c1", &[(ZONE, "c")]),
+        ];
+        plan.findings.zone = Some(zones::check(&plan.eff, &nodes, &[]));
+        snapshot.nodes = nodes.into_iter().map(Arc::new).collect();
+        assert!(
+            candidates(&snapshot, &plan, Duration::ZERO, at("2026-01-01T01:00:00Z")).is_empty()
+        );
+    }
+}

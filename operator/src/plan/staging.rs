@@ -1,0 +1,739 @@
+//! Turning zones on or off for a running stack, in stages (the design's Drawbacks 1).
+//!
+//! Zone awareness changes both sides of the ingester ring. Distributors (the write path)
+//! put the copies of a stream in distinct zones. Queriers and rulers (the read path) then
+//! stop asking a zone's ingesters once the other zones have answered (Loki's
+//! `DoUntilQuorum`), since each zone holds a copy. A stream written before the switch may
+//! have every copy in one zone, so a zone-aware querier could miss it for as long as
+//! queriers ask ingesters for recent data: `querier.query_ingesters_within`, Loki's
+//! default 3h, which our config keeps. Older data is read from the object store.
+//!
+//! - Turning on: **Enabling**. The write path is rendered zone-aware, while queriers and
+//!   rulers read [`names::CONFIG_READ_FILE`], the same config with the ring's zone
+//!   awareness off, and so keep asking every ingester. Once every distributor and
+//!   ingester runs zone-aware and is Ready, `readPathAt` is set to now plus that window
+//!   (the stack's [`names::ANNOTATION_ZONE_READ_PATH_DELAY`] overrides it). At
+//!   `readPathAt`: **Enabled**, and the read path reads `config.yaml` too.
+//! - Turning off: **Disabling**. The read path leaves zone awareness first, while the
+//!   write path keeps the zones recorded in the status. Once every querier and ruler runs
+//!   the new config and is Ready, the zones are off everywhere. No wait: a querier that
+//!   asks every ingester misses nothing.
+//!
+//! A new stack, or one whose ingesters already run zone-aware, is Enabled at once. The
+//! stage lives in the stack's status, so an operator restart resumes where it stood.
+//! Pure: a function of the stack (its spec, annotations and status) and the snapshot.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::caches::strip::is_zone_aware;
+use crate::model::api::{LokiStack, ZoneAwarenessStage, ZoneAwarenessStatus};
+use crate::model::conditions::pod_phase;
+use crate::model::conditions::PodPhase;
+use crate::model::defaults::{Component, EffectiveStack};
+use crate::model::duration::parse_duration;
+use crate::model::names;
+use crate::observe::Snapshot;
+use crate::render::{config_hashes, RenderError};
+
+/// Loki's default `querier.query_ingesters_within`: queriers ask ingesters for data
+/// younger than this, and the store for the rest. `loki-config.yaml.tera` keeps it.
+pub const QUERY_INGESTERS_WITHIN: Duration = Duration::from_secs(3 * 3600);
+
+const WRITE_PATH: [Component; 2] = [Component::Distributor, Component::Ingester];
+const READ_PATH: [Component; 2] = [Component::Querier, Component::Ruler];
+
+/// The stage this reconcile renders, and sets `eff` for it: the zones the write path
+/// keeps while turning off, and whether the read path reads zone-aware. `None` for a
+/// stack whose zones are off.
+pub fn stage(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    eff: &mut EffectiveStack,
+) -> Result<Option<ZoneAwarenessStatus>, RenderError> {
+    let previous = stack
+        .status
+        .as_ref()
+        .and_then(|s| s.zone_awareness.as_ref());
+    let next = if eff.zone_aware() {
+        Some(turning_on(stack, previous, snapshot, eff))
+    } else {
+        turning_off(stack, previous, snapshot, eff)?
+    };
+    if let Some(n) = &next {
+        eff.read_path_zone_aware = n.stage == ZoneAwarenessStage::Enabled;
+    }
+    Ok(next)
+}
+
+fn turning_on(
+    stack: &LokiStack,
+    previous: Option<&ZoneAwarenessStatus>,
+    snapshot: &Snapshot,
+    eff: &EffectiveStack,
+) -> ZoneAwarenessStatus {
+    let now = snapshot.now;
+    let enabled = || ZoneAwarenessStatus {
+        stage: ZoneAwarenessStage::Enabled,
+        read_path_at: None,
+        zones: eff.zones.iter().map(Into::into).collect(),
+        message: None,
+    };
+    // An invalid annotation is also a Warning condition (`plan::Findings::annotation`).
+    let (delay, delay_note) = match read_path_delay(stack) {
+        Ok(d) => (d, String::new()),
+        Err(e) => (QUERY_INGESTERS_WITHIN, format!(". {e}")),
+    };
+    let enabling = |read_path_at: Option<Timestamp>, message: String| ZoneAwarenessStatus {
+        stage: ZoneAwarenessStage::Enabling,
+        read_path_at: read_path_at.map(Time),
+        zones: eff.zones.iter().map(Into::into).collect(),
+        message: Some(format!("{message}{delay_note}")),
+    };
+    let enabling_since = match previous {
+        Some(p) if p.stage == ZoneAwarenessStage::Enabling => p.read_path_at.as_ref(),
+        // Zones back on before they were off: the write path never left them.
+        Some(_) => return enabled(),
+        None if ingesters_zone_aware(snapshot) => return enabled(),
+        None => None,
+    };
+    if let Some(at) = enabling_since {
+        if now >= at.0 {
+            return enabled();
+        }
+        return enabling(Some(at.0), read_path_message(at.0, delay));
+    }
+    let progress = write_path_progress(snapshot, eff);
+    if progress.iter().all(|p| p.done()) {
+        let at = now
+            .checked_add(SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX))
+            .unwrap_or(Timestamp::MAX);
+        return enabling(Some(at), read_path_message(at, delay));
+    }
+    let counts: Vec<String> = progress.iter().map(Progress::describe).collect();
+    enabling(
+        None,
+        format!(
+            "the write path turns zone-aware first ({}); queriers and rulers keep asking every ingester until {} after that",
+            counts.join(", "),
+            humanize(delay)
+        ),
+    )
+}
+
+fn read_path_message(at: Timestamp, delay: Duration) -> String {
+    format!(
+        "the write path runs zone-aware; queriers and rulers turn zone-aware at {at}, once every stream the ingesters serve queries from was written zone-aware ({} later)",
+        humanize(delay)
+    )
+}
+
+fn turning_off(
+    stack: &LokiStack,
+    previous: Option<&ZoneAwarenessStatus>,
+    snapshot: &Snapshot,
+    eff: &mut EffectiveStack,
+) -> Result<Option<ZoneAwarenessStatus>, RenderError> {
+    // From Enabling the read path never turned zone-aware: nothing to wait for.
+    let Some(p) =
+        previous.filter(|p| p.stage != ZoneAwarenessStage::Enabling && !p.zones.is_empty())
+    else {
+        return Ok(None);
+    };
+    let mut staged = eff.clone();
+    staged.zones = p.zones.iter().map(Into::into).collect();
+    staged.read_path_zone_aware = false;
+    let hashes = config_hashes(stack, &staged)?;
+    let progress: Vec<Progress> = READ_PATH
+        .iter()
+        .filter_map(|c| {
+            let want = staged.component(*c)?.replicas;
+            let (_, hash) = hashes.of(*c);
+            Some(Progress::of(snapshot, *c, want, |pod| {
+                config_hash(pod) == Some(hash)
+            }))
+        })
+        .collect();
+    if progress.iter().all(|p| p.done()) {
+        return Ok(None);
+    }
+    *eff = staged;
+    let counts: Vec<String> = progress.iter().map(Progress::describe).collect();
+    let keys: Vec<&str> = p.zones.iter().map(|z| z.topology_key.as_str()).collect();
+    Ok(Some(ZoneAwarenessStatus {
+        stage: ZoneAwarenessStage::Disabling,
+        read_path_at: None,
+        zones: p.zones.clone(),
+        message: Some(format!(
+            "queriers and rulers leave zone awareness first ({}); distributors and ingesters keep the zones of {} until they have",
+            counts.join(", "),
+            keys.join(", ")
+        )),
+    }))
+}
+
+/// How long the read path waits after the write path: the stack's annotation, else
+/// [`QUERY_INGESTERS_WITHIN`]; what to fix when the annotation is not a duration (the
+/// default then applies).
+pub fn read_path_delay(stack: &LokiStack) -> Result<Duration, String> {
+    let set = stack
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_ZONE_READ_PATH_DELAY));
+    match set.map(|v| parse_duration(v)) {
+        None => Ok(QUERY_INGESTERS_WITHIN),
+        Some(Ok(d)) => Ok(d),
+        Some(Err(e)) => Err(format!(
+            "annotation {}: {e}; Loki's default {} applies until it is fixed or removed",
+            names::ANNOTATION_ZONE_READ_PATH_DELAY,
+            humanize(QUERY_INGESTERS_WITHIN)
+        )),
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if s > 0 && s.is_multiple_of(3600) => format!("{}h", s / 3600),
+        _ if s > 0 && s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
+fn component_of(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get(names::LABEL_COMPONENT)
+        .map(String::as_str)
+}
+
+fn config_hash(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(names::ANNOTATION_CONFIG_HASH)
+        .map(String::as_str)
+}
+
+/// Every ingester pod runs a zone-aware template: false while zones are being turned on
+/// for a running stack. The plan also keeps the ingester budget at one pod until then,
+/// since the zone-disruption webhook sees only zone-aware pods.
+pub fn ingesters_zone_aware(snapshot: &Snapshot) -> bool {
+    snapshot
+        .pods
+        .iter()
+        .filter(|p| component_of(p) == Some(Component::Ingester.name()))
+        .all(|p| is_zone_aware(p))
+}
+
+fn write_path_progress(snapshot: &Snapshot, eff: &EffectiveStack) -> Vec<Progress> {
+    WRITE_PATH
+        .iter()
+        .filter_map(|c| {
+            let want = eff.component(*c)?.replicas;
+            Some(Progress::of(snapshot, *c, want, is_zone_aware))
+        })
+        .collect()
+}
+
+/// How far one component is switched: its pods that run the wanted config and are
+/// Ready, and whether any pod still runs another one.
+struct Progress {
+    component: Component,
+    switched: i32,
+    want: i32,
+    others: bool,
+}
+
+impl Progress {
+    fn of(snapshot: &Snapshot, c: Component, want: i32, runs: impl Fn(&Pod) -> bool) -> Self {
+        let pods = snapshot
+            .pods
+            .iter()
+            .filter(|p| component_of(p) == Some(c.name()));
+        let (mut switched, mut others) = (0, false);
+        for pod in pods {
+            if !runs(pod) {
+                // Even while terminating: it may still be serving.
+                others = true;
+            } else if pod_phase(pod) == PodPhase::Ready && pod.metadata.deletion_timestamp.is_none()
+            {
+                switched += 1;
+            }
+        }
+        Progress {
+            component: c,
+            switched,
+            want,
+            others,
+        }
+    }
+
+    fn done(&self) -> bool {
+        !self.others && self.switched >= self.want
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} {}/{}",
+            self.component.name(),
+            self.switched.min(self.want),
+            self.want
+        )
+    }
+}
+
+/// The Event for a change of stage, if any: (reason, note).
+pub fn transition(
+    previous: Option<&ZoneAwarenessStatus>,
+    next: Option<&ZoneAwarenessStatus>,
+) -> Option<(&'static str, String)> {
+    use ZoneAwarenessStage::{Disabling, Enabled, Enabling};
+    let stage = |s: Option<&ZoneAwarenessStatus>| s.map(|s| s.stage);
+    let at = |s: Option<&ZoneAwarenessStatus>| s.and_then(|s| s.read_path_at.clone());
+    match (stage(previous), stage(next)) {
+        (p, Some(Enabling)) if p != Some(Enabling) => Some((
+            "ZonesEnabling",
+            "turning zones on: distributors and ingesters first; queriers and rulers keep asking every ingester".into(),
+        )),
+        (Some(Enabling), Some(Enabling)) if at(previous).is_none() => at(next).map(|t| {
+            (
+                "ZonesWritePathReady",
+                format!("distributors and ingesters run zone-aware; queriers and rulers follow at {}", t.0),
+            )
+        }),
+        (Some(Enabling), Some(Enabled)) => Some((
+            "ZonesEnabled",
+            "queriers and rulers now read zone-aware: zone-aware replication is complete".into(),
+        )),
+        (p, Some(Disabling)) if p != Some(Disabling) => Some((
+            "ZonesDisabling",
+            "turning zones off: queriers and rulers first; distributors and ingesters keep their zones until then".into(),
+        )),
+        (Some(Disabling), None) => Some((
+            "ZonesDisabled",
+            "queriers and rulers read every ingester: zones are now turned off on distributors and ingesters".into(),
+        )),
+        _ => None,
+    }
+}
+
+/// How soon the stack must be looked at again for its stage to move on by itself:
+/// at `readPathAt`, since no cluster change announces it.
+pub fn wake_after(status: Option<&ZoneAwarenessStatus>, now: Timestamp) -> Option<Duration> {
+    let at = status?.read_path_at.as_ref()?.0;
+    let left = at.duration_since(now);
+    Some(Duration::try_from(left).unwrap_or(Duration::ZERO) + Duration::from_secs(1))
+}
+
+/// A stage that moves on when pods change (which trigger a reconcile by themselves).
+pub fn under_way(status: Option<&ZoneAwarenessStatus>) -> bool {
+    status.is_some_and(|s| {
+        s.stage == ZoneAwarenessStage::Disabling
+            || (s.stage == ZoneAwarenessStage::Enabling && s.read_path_at.is_none())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::model::api::{LokiStackSize, LokiStackStatus};
+    use crate::model::defaults::effective;
+    use crate::render::{documents, ServerCapabilities, Settings};
+    use crate::testing::{stack, stack_spec, zoned_spec, ZONE};
+
+    const T0: i64 = 1_800_000_000;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(secs).unwrap()
+    }
+
+    fn pod(name: &str, c: Component, zoned: bool, ready: bool, hash: &str) -> Arc<Pod> {
+        let mut labels = std::collections::BTreeMap::new();
+        labels.insert(names::LABEL_COMPONENT.to_string(), c.name().to_string());
+        if zoned {
+            labels.insert(
+                names::LABEL_ZONE_AWARE.to_string(),
+                names::LABEL_ZONE_AWARE_VALUE.to_string(),
+            );
+        }
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(labels),
+                annotations: Some(
+                    [(names::ANNOTATION_CONFIG_HASH.to_string(), hash.to_string())].into(),
+                ),
+                ..Default::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// The stack's write path and queriers, every replica, each zoned or not.
+    fn pods(eff: &EffectiveStack, zoned: bool, ready: bool) -> Vec<Arc<Pod>> {
+        let mut out = Vec::new();
+        for c in [
+            Component::Distributor,
+            Component::Ingester,
+            Component::Querier,
+        ] {
+            for i in 0..eff.component(c).map_or(0, |e| e.replicas) {
+                out.push(pod(&format!("{}-{i}", c.name()), c, zoned, ready, "old"));
+            }
+        }
+        out
+    }
+
+    fn snapshot(pods: Vec<Arc<Pod>>, now: i64) -> Snapshot {
+        Snapshot {
+            pods,
+            now: at(now),
+            ..Default::default()
+        }
+    }
+
+    fn with_status(mut s: LokiStack, z: ZoneAwarenessStatus) -> LokiStack {
+        s.status = Some(LokiStackStatus {
+            zone_awareness: Some(z),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn recorded(eff: &EffectiveStack) -> Vec<crate::model::api::RecordedZone> {
+        eff.zones.iter().map(Into::into).collect()
+    }
+
+    fn zoned_stack() -> LokiStack {
+        stack("lokistack", zoned_spec(LokiStackSize::Small, 2, &[ZONE]))
+    }
+
+    /// The rendered config file of `component`'s pod template, and the ConfigMap's files.
+    fn config_of(s: &LokiStack, eff: &EffectiveStack, component: &str) -> (String, Vec<String>) {
+        let docs = documents(s, eff, &Settings::default(), &ServerCapabilities::MODERN).unwrap();
+        let mut file = String::new();
+        let mut files = Vec::new();
+        for d in &docs {
+            let v: serde_json::Value = serde_yaml_ng::from_str(&d.text).unwrap();
+            if v["kind"] == "ConfigMap" {
+                files = v["data"].as_object().unwrap().keys().cloned().collect();
+            }
+            let labels = &v["spec"]["template"]["metadata"]["labels"];
+            if labels[names::LABEL_COMPONENT] == component {
+                let args = v["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+                file = args
+                    .split('"')
+                    .find_map(|a| a.strip_prefix("-config.file="))
+                    .unwrap()
+                    .to_string();
+            }
+        }
+        (file, files)
+    }
+
+    #[test]
+    fn a_new_zone_aware_stack_is_enabled_at_once() {
+        let s = zoned_stack();
+        let mut eff = effective(&s.spec);
+        let z = stage(&s, &snapshot(vec![], T0), &mut eff).unwrap().unwrap();
+        assert_eq!(z.stage, ZoneAwarenessStage::Enabled);
+        assert!(eff.read_path_zone_aware);
+        let (file, files) = config_of(&s, &eff, "querier");
+        assert!(file.ends_with(names::CONFIG_FILE), "{file}");
+        assert!(
+            !files.contains(&names::CONFIG_READ_FILE.to_string()),
+            "{files:?}"
+        );
+    }
+
+    #[test]
+    fn a_stack_without_zones_has_no_stage() {
+        let s = stack("lokistack", stack_spec(LokiStackSize::Small));
+        let mut eff = effective(&s.spec);
+        let pods = pods(&eff, false, true);
+        assert_eq!(stage(&s, &snapshot(pods, T0), &mut eff).unwrap(), None);
+    }
+
+    #[test]
+    fn turning_zones_on_starts_with_the_write_path() {
+        let s = zoned_stack();
+        let mut eff = effective(&s.spec);
+        let pods = pods(&eff, false, true);
+        let z = stage(&s, &snapshot(pods, T0), &mut eff).unwrap().unwrap();
+        assert_eq!(z.stage, ZoneAwarenessStage::Enabling);
+        assert_eq!(z.read_path_at, None);
+        assert_eq!(z.zones, recorded(&eff));
+        let message = z.message.unwrap();
+        assert!(
+            message.contains("distributor 0/2, ingester 0/3"),
+            "{message}"
+        );
+        assert!(message.contains("3h"), "{message}");
+        assert!(!eff.read_path_zone_aware);
+        assert!(eff.zone_aware());
+
+        let (querier, files) = config_of(&s, &eff, "querier");
+        assert!(querier.ends_with(names::CONFIG_READ_FILE), "{querier}");
+        assert!(
+            files.contains(&names::CONFIG_READ_FILE.to_string()),
+            "{files:?}"
+        );
+        for write in ["distributor", "ingester", "compactor", "query-frontend"] {
+            let (file, _) = config_of(&s, &eff, write);
+            assert!(file.ends_with(names::CONFIG_FILE), "{write}: {file}");
+        }
+        let main = crate::render::loki_config(&s, &eff).unwrap();
+        let read = crate::render::loki_read_config(&s, &eff).unwrap().unwrap();
+        assert!(main.contains("zone_awareness_enabled: true"), "{main}");
+        assert!(read.contains("zone_awareness_enabled: false"), "{read}");
+        // Nothing else differs: the read path keeps every other setting.
+        assert_eq!(
+            main.replace("zone_awareness_enabled: true", ""),
+            read.replace("zone_awareness_enabled: false", "")
+        );
+    }
+
+    #[test]
+    fn the_read_path_waits_the_query_window_after_the_write_path_is_ready() {
+        let mut s = with_status(
+            zoned_stack(),
+            ZoneAwarenessStatus {
+                stage: ZoneAwarenessStage::Enabling,
+                ..Default::default()
+            },
+        );
+        let eff0 = effective(&s.spec);
+        // One ingester zoned but not Ready yet: still waiting for the write path.
+        let mut not_yet = pods(&eff0, true, true);
+        not_yet[2] = pod("ingester-0", Component::Ingester, true, false, "old");
+        let mut eff = eff0.clone();
+        let z = stage(&s, &snapshot(not_yet, T0), &mut eff)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (z.stage, z.read_path_at),
+            (ZoneAwarenessStage::Enabling, None)
+        );
+        assert!(z.message.unwrap().contains("ingester 2/3"));
+
+        s.metadata.annotations = Some(
+            [(
+                names::ANNOTATION_ZONE_READ_PATH_DELAY.to_string(),
+                "90s".to_string(),
+            )]
+            .into(),
+        );
+        let mut eff = eff0.clone();
+        let ready = pods(&eff0, true, true);
+        let z = stage(&s, &snapshot(ready.clone(), T0), &mut eff)
+            .unwrap()
+            .unwrap();
+        assert_eq!(z.stage, ZoneAwarenessStage::Enabling);
+        assert_eq!(z.read_path_at, Some(Time(at(T0 + 90))));
+        assert!(!eff.read_path_zone_aware);
+        assert_eq!(
+            wake_after(Some(&z), at(T0 + 30)),
+            Some(Duration::from_secs(61))
+        );
+        assert!(!under_way(Some(&z)));
+
+        let s = with_status(s, z);
+        let mut eff = eff0.clone();
+        let z = stage(&s, &snapshot(ready.clone(), T0 + 89), &mut eff)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            z.stage,
+            ZoneAwarenessStage::Enabling,
+            "not before readPathAt"
+        );
+        let mut eff = eff0.clone();
+        let z = stage(&s, &snapshot(ready, T0 + 90), &mut eff)
+            .unwrap()
+            .unwrap();
+        assert_eq!(z.stage, ZoneAwarenessStage::Enabled);
+        assert_eq!(z.read_path_at, None);
+        assert!(eff.read_path_zone_aware);
+    }
+
+    #[test]
+    fn an_invalid_delay_keeps_lokis_window_and_says_so() {
+        let mut s = zoned_stack();
+        s.metadata.annotations = Some(
+            [(
+                names::ANNOTATION_ZONE_READ_PATH_DELAY.to_string(),
+                "soon".to_string(),
+            )]
+            .into(),
+        );
+        let note = read_path_delay(&s).unwrap_err();
+        assert!(
+            note.contains(names::ANNOTATION_ZONE_READ_PATH_DELAY),
+            "{note}"
+        );
+        let mut eff = effective(&s.spec);
+        let z = stage(&s, &snapshot(pods(&eff, false, true), T0), &mut eff)
+            .unwrap()
+            .unwrap();
+        let message = z.message.unwrap();
+        assert!(message.contains("invalid duration"), "{message}");
+        // Loki's window applies meanwhile.
+        assert!(message.contains("until 3h after that"), "{message}");
+        // ... and the plan shows it as a Warning condition.
+        let p = crate::plan::plan(
+            &s,
+            &snapshot(vec![], T0),
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .unwrap();
+        assert_eq!(p.findings.annotation.as_deref(), Some(note.as_str()));
+    }
+
+    #[test]
+    fn turning_zones_off_takes_the_read_path_first() {
+        let on = zoned_stack();
+        let zones = recorded(&effective(&on.spec));
+        let mut off = with_status(
+            stack("lokistack", stack_spec(LokiStackSize::Small)),
+            ZoneAwarenessStatus {
+                stage: ZoneAwarenessStage::Enabled,
+                zones: zones.clone(),
+                ..Default::default()
+            },
+        );
+        let eff0 = effective(&off.spec);
+        let old = pods(&effective(&on.spec), true, true);
+        let mut eff = eff0.clone();
+        let z = stage(&off, &snapshot(old.clone(), T0), &mut eff)
+            .unwrap()
+            .unwrap();
+        assert_eq!(z.stage, ZoneAwarenessStage::Disabling);
+        assert_eq!(z.zones, zones);
+        assert!(z.message.as_deref().unwrap().contains("querier 0/2"));
+        assert!(under_way(Some(&z)));
+        // The write path keeps its zones; the read path reads every ingester.
+        assert_eq!(recorded(&eff), zones);
+        assert!(!eff.read_path_zone_aware);
+        let (querier, _) = config_of(&off, &eff, "querier");
+        assert!(querier.ends_with(names::CONFIG_READ_FILE), "{querier}");
+        let ingester = crate::render::loki_config(&off, &eff).unwrap();
+        assert!(ingester.contains("zone_awareness_enabled: true"));
+
+        // Once every querier runs the read config and is Ready, zones are off.
+        let hashes = config_hashes(&off, &eff).unwrap();
+        let hash = hashes.of(Component::Querier).1.to_string();
+        let switched: Vec<Arc<Pod>> = old
+            .iter()
+            .map(|p| match component_of(p) {
+                Some("querier") => pod(
+                    p.metadata.name.as_deref().unwrap(),
+                    Component::Querier,
+                    true,
+                    true,
+                    &hash,
+                ),
+                _ => p.clone(),
+            })
+            .collect();
+        off = with_status(off, z);
+        let mut eff = eff0.clone();
+        assert_eq!(
+            stage(&off, &snapshot(switched, T0), &mut eff).unwrap(),
+            None
+        );
+        assert!(!eff.zone_aware(), "the write path leaves its zones now");
+    }
+
+    #[test]
+    fn zones_off_while_enabling_or_back_on_while_disabling_need_no_wait() {
+        let zones = recorded(&effective(&zoned_stack().spec));
+        let enabling = with_status(
+            stack("lokistack", stack_spec(LokiStackSize::Small)),
+            ZoneAwarenessStatus {
+                stage: ZoneAwarenessStage::Enabling,
+                zones: zones.clone(),
+                ..Default::default()
+            },
+        );
+        let mut eff = effective(&enabling.spec);
+        let p = pods(&effective(&zoned_stack().spec), true, true);
+        assert_eq!(
+            stage(&enabling, &snapshot(p.clone(), T0), &mut eff).unwrap(),
+            None
+        );
+
+        let disabling = with_status(
+            zoned_stack(),
+            ZoneAwarenessStatus {
+                stage: ZoneAwarenessStage::Disabling,
+                zones,
+                ..Default::default()
+            },
+        );
+        let mut eff = effective(&disabling.spec);
+        let z = stage(&disabling, &snapshot(p, T0), &mut eff)
+            .unwrap()
+            .unwrap();
+        assert_eq!(z.stage, ZoneAwarenessStage::Enabled);
+    }
+
+    #[test]
+    fn each_change_of_stage_has_one_event() {
+        let z = |stage, at: Option<i64>| ZoneAwarenessStatus {
+            stage,
+            read_path_at: at.map(|t| Time(self::at(t))),
+            ..Default::default()
+        };
+        use ZoneAwarenessStage::*;
+        let reason = |p: Option<ZoneAwarenessStatus>, n: Option<ZoneAwarenessStatus>| {
+            transition(p.as_ref(), n.as_ref()).map(|(r, _)| r)
+        };
+        assert_eq!(reason(None, Some(z(Enabling, None))), Some("ZonesEnabling"));
+        assert_eq!(
+            reason(Some(z(Enabling, None)), Some(z(Enabling, None))),
+            None
+        );
+        assert_eq!(
+            reason(Some(z(Enabling, None)), Some(z(Enabling, Some(T0)))),
+            Some("ZonesWritePathReady")
+        );
+        assert_eq!(
+            reason(Some(z(Enabling, Some(T0))), Some(z(Enabling, Some(T0)))),
+            None
+        );
+        assert_eq!(
+            reason(Some(z(Enabling, Some(T0))), Some(z(Enabled, None))),
+            Some("ZonesEnabled")
+        );
+        assert_eq!(reason(None, Some(z(Enabled, None))), None);
+        assert_eq!(
+            reason(Some(z(Enabled, None)), Some(z(Disabling, None))),
+            Some("ZonesDisabling")
+        );
+        assert_eq!(
+            reason(Some(z(Disabling, None)), None),
+            Some("ZonesDisabled")
+        );
+    }
+}

@@ -1,0 +1,832 @@
+//! Render: a pure function of (the stack, the operator's settings, what was observed) to
+//! the typed Kubernetes objects of one stack.
+//!
+//! Objects come from the tera templates in `templates/`, embedded at build time. Each is
+//! rendered to YAML and parsed into its k8s-openapi type, so a template typo fails a unit
+//! test, and a test proves that parsing drops no field.
+
+pub mod kinds;
+pub mod limits;
+
+#[cfg(test)]
+mod config_reference_tests;
+#[cfg(test)]
+mod render_tests;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ObjectMeta;
+use kube::ResourceExt;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tera::Tera;
+
+use crate::model::api::{LokiStack, ObjectStorageSchemaVersion};
+use crate::model::defaults::{Component, EffectiveComponent, EffectiveStack, WorkloadKind};
+use crate::model::names;
+use crate::model::storage;
+
+/// Templates, embedded at build time: (name, source).
+const TEMPLATES: &[(&str, &str)] = &[
+    (
+        "_macros.tera",
+        include_str!("../../../templates/_macros.tera"),
+    ),
+    ("_zone.tera", include_str!("../../../templates/_zone.tera")),
+    ("_pod.tera", include_str!("../../../templates/_pod.tera")),
+    (
+        "configmap.yaml.tera",
+        include_str!("../../../templates/configmap.yaml.tera"),
+    ),
+    (
+        "deployment.yaml.tera",
+        include_str!("../../../templates/deployment.yaml.tera"),
+    ),
+    (
+        "statefulset.yaml.tera",
+        include_str!("../../../templates/statefulset.yaml.tera"),
+    ),
+    (
+        "service.yaml.tera",
+        include_str!("../../../templates/service.yaml.tera"),
+    ),
+    (
+        "pdb.yaml.tera",
+        include_str!("../../../templates/pdb.yaml.tera"),
+    ),
+    (
+        "serviceaccount.yaml.tera",
+        include_str!("../../../templates/serviceaccount.yaml.tera"),
+    ),
+    (
+        "loki-config.yaml.tera",
+        include_str!("../../../templates/loki-config.yaml.tera"),
+    ),
+    (
+        "runtime-config.yaml.tera",
+        include_str!("../../../templates/runtime-config.yaml.tera"),
+    ),
+];
+
+/// The default Loki image: the version the Go Loki Operator ships.
+pub const DEFAULT_LOKI_IMAGE: &str = "docker.io/grafana/loki:3.7.3";
+/// The default operator image, which also serves the zone init container.
+pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(
+    "ghcr.io/loki-zone-operator/loki-zone-operator:v",
+    env!("CARGO_PKG_VERSION")
+);
+pub const DEFAULT_ZONE_WAIT_TIMEOUT: &str = "10m";
+
+/// The operator's own settings that shape what it renders.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub loki_image: String,
+    /// The image of the `az-annotation-check` init container: the operator's own.
+    pub operator_image: String,
+    /// How long the init container waits for the zone annotation (e.g. `10m`).
+    pub zone_wait_timeout: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            loki_image: DEFAULT_LOKI_IMAGE.into(),
+            operator_image: DEFAULT_OPERATOR_IMAGE.into(),
+            zone_wait_timeout: DEFAULT_ZONE_WAIT_TIMEOUT.into(),
+        }
+    }
+}
+
+/// What the API server supports, from its version. The product targets Kubernetes 1.30+;
+/// older servers get the same objects without the fields they would reject.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerCapabilities {
+    /// `matchLabelKeys` in spread constraints (beta, on by default, from 1.27): a rolling
+    /// Deployment spreads its new pods among themselves, not against the old ReplicaSet.
+    pub spread_match_label_keys: bool,
+    /// `nodeTaintsPolicy: Honor` (beta from 1.26): tainted nodes, such as those of a lost
+    /// zone, do not count as domains, so pods still schedule in the zones that remain.
+    pub spread_node_taints_policy: bool,
+    /// `policy/v1` PodDisruptionBudget (1.21+); older servers get `policy/v1beta1`.
+    pub pdb_v1: bool,
+    /// CEL rules in CRDs (`x-kubernetes-validations`, 1.25+). Older servers reject them
+    /// under server-side apply; the reconciler enforces the same rules anyway.
+    pub crd_cel_rules: bool,
+    /// `matchConditions` on admission webhooks (GA in 1.30): the zone-at-bind webhook is
+    /// then called only for the pods of zone-aware stacks, not every pod of their
+    /// namespaces.
+    pub webhook_match_conditions: bool,
+}
+
+impl ServerCapabilities {
+    pub const MODERN: ServerCapabilities = ServerCapabilities {
+        spread_match_label_keys: true,
+        spread_node_taints_policy: true,
+        pdb_v1: true,
+        crd_cel_rules: true,
+        webhook_match_conditions: true,
+    };
+
+    pub fn for_version(major: u32, minor: u32) -> ServerCapabilities {
+        let at_least = |m: u32| major > 1 || (major == 1 && minor >= m);
+        ServerCapabilities {
+            spread_match_label_keys: at_least(27),
+            spread_node_taints_policy: at_least(27),
+            pdb_v1: at_least(21),
+            crd_cel_rules: at_least(25),
+            webhook_match_conditions: at_least(30),
+        }
+    }
+
+    /// Parses `1.20`, `1.27+` or `v1.30.2` style versions, as `--kube-version` or the
+    /// API server's `/version` give them.
+    pub fn parse(version: &str) -> Option<ServerCapabilities> {
+        let v = version.trim().trim_start_matches('v');
+        let mut parts = v.split('.');
+        let major = parts.next()?.trim_end_matches('+').parse().ok()?;
+        let minor_digits: String = parts
+            .next()?
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        Some(Self::for_version(major, minor_digits.parse().ok()?))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("embedded templates failed to load: {0}")]
+    Templates(String),
+    #[error("template {template} failed to render: {message}")]
+    Template {
+        template: &'static str,
+        message: String,
+    },
+    #[error("template {template} produced YAML that is not a valid {kind}: {source}\n{excerpt}")]
+    Parse {
+        template: &'static str,
+        kind: &'static str,
+        #[source]
+        source: serde_yaml_ng::Error,
+        /// The rendered lines around the error, numbered.
+        excerpt: String,
+    },
+    #[error("stack has no name")]
+    NoName,
+}
+
+/// One rendered object of a stack.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Child {
+    ServiceAccount(ServiceAccount),
+    ConfigMap(ConfigMap),
+    Service(Service),
+    Deployment(Deployment),
+    StatefulSet(StatefulSet),
+    PodDisruptionBudget(PodDisruptionBudget),
+}
+
+impl Child {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Child::ServiceAccount(_) => "ServiceAccount",
+            Child::ConfigMap(_) => "ConfigMap",
+            Child::Service(_) => "Service",
+            Child::Deployment(_) => "Deployment",
+            Child::StatefulSet(_) => "StatefulSet",
+            Child::PodDisruptionBudget(_) => "PodDisruptionBudget",
+        }
+    }
+
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Child::ServiceAccount(o) => &o.metadata,
+            Child::ConfigMap(o) => &o.metadata,
+            Child::Service(o) => &o.metadata,
+            Child::Deployment(o) => &o.metadata,
+            Child::StatefulSet(o) => &o.metadata,
+            Child::PodDisruptionBudget(o) => &o.metadata,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.meta().name.as_deref().unwrap_or_default()
+    }
+
+    /// The object as JSON, with `apiVersion` and `kind`: what a server-side apply sends.
+    pub fn to_json(&self) -> Result<Value, serde_json::Error> {
+        match self {
+            Child::ServiceAccount(o) => serde_json::to_value(o),
+            Child::ConfigMap(o) => serde_json::to_value(o),
+            Child::Service(o) => serde_json::to_value(o),
+            Child::Deployment(o) => serde_json::to_value(o),
+            Child::StatefulSet(o) => serde_json::to_value(o),
+            Child::PodDisruptionBudget(o) => serde_json::to_value(o),
+        }
+    }
+}
+
+fn engine() -> Result<&'static Tera, RenderError> {
+    static ENGINE: OnceLock<Result<Tera, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut tera = Tera::default();
+            tera.add_raw_templates(TEMPLATES.to_vec())
+                .map_err(|e| format!("{e:?}"))?;
+            Ok(tera)
+        })
+        .as_ref()
+        .map_err(|e| RenderError::Templates(e.clone()))
+}
+
+fn render_text(template: &'static str, ctx: &Value) -> Result<String, RenderError> {
+    let tera_err = |e: tera::Error| {
+        // tera nests the useful part of the message in its source chain.
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            message.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        RenderError::Template { template, message }
+    };
+    let context = tera::Context::from_value(ctx.clone()).map_err(tera_err)?;
+    engine()?.render(template, &context).map_err(tera_err)
+}
+
+/// One rendered template: YAML text not yet parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Document {
+    pub template: &'static str,
+    pub kind: &'static str,
+    pub text: String,
+}
+
+fn document(
+    template: &'static str,
+    kind: &'static str,
+    ctx: &Value,
+) -> Result<Document, RenderError> {
+    Ok(Document {
+        template,
+        kind,
+        text: render_text(template, ctx)?,
+    })
+}
+
+fn parse_as<T: DeserializeOwned>(doc: &Document) -> Result<T, RenderError> {
+    serde_yaml_ng::from_str(&doc.text).map_err(|source| {
+        let line = source.location().map(|l| l.line()).unwrap_or(1);
+        let excerpt = doc
+            .text
+            .lines()
+            .enumerate()
+            .skip(line.saturating_sub(4))
+            .take(7)
+            .map(|(i, l)| format!("{:>4} | {l}", i + 1))
+            .collect::<Vec<_>>()
+            .join("\n");
+        RenderError::Parse {
+            template: doc.template,
+            kind: doc.kind,
+            source,
+            excerpt,
+        }
+    })
+}
+
+/// Parses a document into its k8s-openapi type.
+pub fn parse(doc: &Document) -> Result<Child, RenderError> {
+    Ok(match doc.kind {
+        "ServiceAccount" => Child::ServiceAccount(parse_as(doc)?),
+        "ConfigMap" => Child::ConfigMap(parse_as(doc)?),
+        "Service" => Child::Service(parse_as(doc)?),
+        "Deployment" => Child::Deployment(parse_as(doc)?),
+        "StatefulSet" => Child::StatefulSet(parse_as(doc)?),
+        "PodDisruptionBudget" => Child::PodDisruptionBudget(parse_as(doc)?),
+        other => {
+            return Err(RenderError::Template {
+                template: doc.template,
+                message: format!("unknown kind {other}"),
+            })
+        }
+    })
+}
+
+/// Labels on every object of a stack, as the Go Loki Operator sets them.
+pub fn common_labels(stack: &str) -> BTreeMap<String, String> {
+    [
+        (names::LABEL_NAME, names::LABEL_NAME_VALUE),
+        (names::LABEL_INSTANCE, stack),
+        (names::LABEL_MANAGED_BY, names::LABEL_CONTROLLER_VALUE),
+        (names::LABEL_CREATED_BY, names::LABEL_CONTROLLER_VALUE),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+pub fn component_labels(stack: &str, c: Component) -> BTreeMap<String, String> {
+    let mut l = common_labels(stack);
+    l.insert(names::LABEL_COMPONENT.into(), c.name().into());
+    l
+}
+
+/// The spread constraint's selector: one component of one stack.
+pub fn spread_selector(stack: &str, c: Component) -> BTreeMap<String, String> {
+    [
+        (names::LABEL_COMPONENT.to_string(), c.name().to_string()),
+        (names::LABEL_INSTANCE.to_string(), stack.to_string()),
+    ]
+    .into()
+}
+
+fn svc_dns(stack: &LokiStack, service: &str, port: i32) -> String {
+    let ns = stack.namespace().unwrap_or_else(|| "default".into());
+    format!("{service}.{ns}.svc.cluster.local:{port}")
+}
+
+/// Per-size process settings: our own conservative figures.
+fn sizing(eff: &EffectiveStack) -> Value {
+    use crate::model::api::LokiStackSize::*;
+    let (concurrent, wal) = match eff.size {
+        Demo => (2, "512MB"),
+        Pico => (2, "1GB"),
+        ExtraSmall => (4, "2GB"),
+        Small => (4, "6GB"),
+        Medium => (8, "12GB"),
+    };
+    json!({
+        "querier_max_concurrent": concurrent,
+        "wal_replay_memory_ceiling": wal,
+    })
+}
+
+/// The Loki configuration (`config.yaml`) of a stack.
+pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, RenderError> {
+    loki_config_with(stack, eff, eff.zone_aware())
+}
+
+/// The read path's configuration while zones are turned on or off
+/// ([`names::CONFIG_READ_FILE`]): `config.yaml` with the ring's zone awareness off, so
+/// queriers and rulers ask every ingester. `None` when the read path reads `config.yaml`.
+pub fn loki_read_config(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+) -> Result<Option<String>, RenderError> {
+    if !eff.zone_aware() || eff.read_path_zone_aware {
+        return Ok(None);
+    }
+    loki_config_with(stack, eff, false).map(Some)
+}
+
+fn loki_config_with(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    zone_awareness: bool,
+) -> Result<String, RenderError> {
+    let name = stack.metadata.name.as_deref().ok_or(RenderError::NoName)?;
+    let st = stack.spec.storage.secret.type_;
+    let fields: Vec<Value> =
+        storage::config_fields(st, &eff.store, stack.spec.storage.tls.as_ref())
+            .into_iter()
+            .map(|(key, value)| json!({"config_key": key, "value": value}))
+            .collect();
+    let schemas: Vec<Value> = eff
+        .schemas
+        .iter()
+        .map(|s| {
+            let store = match s.version {
+                ObjectStorageSchemaVersion::V13 => "tsdb",
+                _ => "boltdb-shipper",
+            };
+            json!({"from": s.effective_date, "store": store, "schema": s.version.as_str()})
+        })
+        .collect();
+    let boltdb = eff
+        .schemas
+        .iter()
+        .any(|s| s.version != ObjectStorageSchemaVersion::V13);
+    // Loki refuses structured metadata unless the newest period is a v13 TSDB schema.
+    let v13_last = eff
+        .schemas
+        .last()
+        .is_some_and(|s| s.version == ObjectStorageSchemaVersion::V13);
+    let ctx = json!({
+        "ports": {"http": names::PORT_HTTP, "grpc": names::PORT_GRPC, "gossip": names::PORT_GOSSIP},
+        "paths": {"data": names::DATA_DIR, "wal": names::WAL_DIR, "ring_tokens": names::RING_TOKENS_FILE},
+        "replication_factor": eff.replication_factor,
+        "zone_expansion": eff.zone_aware().then(|| format!("${{{}}}", names::ENV_ZONE)),
+        "zone_awareness": zone_awareness,
+        "storage": {"block": storage::config_block(st), "backend": st.as_str(), "fields": fields},
+        "schemas": schemas,
+        "boltdb": boltdb,
+        "allow_structured_metadata": v13_last,
+        "ruler": eff.component(Component::Ruler).is_some(),
+        "limits": sizing(eff),
+        "limits_config": limits::global(eff.size, stack.spec.limits.as_ref()),
+        "retention": limits::retention_enabled(stack.spec.limits.as_ref()),
+        "addresses": {
+            "compactor_grpc": svc_dns(stack, &Component::Compactor.grpc_service_name(name), names::PORT_GRPC),
+            // dns+: Loki's gRPC client resolves every replica behind the headless Service.
+            "index_gateway_grpc": format!("dns+{}", svc_dns(stack, &Component::IndexGateway.grpc_service_name(name), names::PORT_GRPC)),
+            "query_frontend_grpc": svc_dns(stack, &Component::QueryFrontend.grpc_service_name(name), names::PORT_GRPC),
+            "querier_http": svc_dns(stack, &Component::Querier.http_service_name(name), names::PORT_HTTP),
+            "gossip": svc_dns(stack, &names::gossip_service_name(name), names::PORT_GOSSIP),
+        },
+    });
+    render_text("loki-config.yaml.tera", &ctx)
+}
+
+/// SHA-256 over the ConfigMap's files, in key order: the pod annotation that rolls pods
+/// when the configuration changes.
+pub fn config_hash(files: &BTreeMap<String, String>) -> String {
+    let mut h = Sha256::new();
+    for (k, v) in files {
+        h.update(k.as_bytes());
+        h.update([0]);
+        h.update(v.as_bytes());
+        h.update([0]);
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn stack_ctx(stack: &LokiStack) -> Value {
+    json!({
+        "name": stack.metadata.name,
+        "namespace": stack.namespace().unwrap_or_else(|| "default".into()),
+        // Without a uid (offline rendering) there is no owner reference.
+        "uid": stack.metadata.uid,
+    })
+}
+
+fn zone_ctx(
+    eff: &EffectiveStack,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+    kind: WorkloadKind,
+) -> Value {
+    if !eff.zone_aware() {
+        return Value::Null;
+    }
+    // A StatefulSet replaces pods in place and its pods follow their volumes' zones, so
+    // only Deployments need their rollout spread by pod-template-hash.
+    let match_label_keys = (caps.spread_match_label_keys && kind == WorkloadKind::Deployment)
+        .then(|| vec!["pod-template-hash"]);
+    // Servers that honour taints in spread constraints leave a lost zone out by its
+    // unreachable taints; older ones need the affinity (see _zone.tera).
+    let avoid = match (eff.zones.as_slice(), eff.avoid_zones.is_empty()) {
+        ([z], false) if kind == WorkloadKind::Deployment && !caps.spread_node_taints_policy => {
+            json!({"key": z.topology_key, "values": eff.avoid_zones})
+        }
+        _ => Value::Null,
+    };
+    json!({
+        "entries": eff.zones,
+        "keys_joined": eff.topology_keys().join(names::ZONE_KEYS_SEPARATOR),
+        "label": names::LABEL_ZONE_AWARE,
+        "label_value": names::LABEL_ZONE_AWARE_VALUE,
+        "keys_annotation": names::ANNOTATION_ZONE_LABELS,
+        "annotation": names::ANNOTATION_ZONE,
+        "field_path": format!("metadata.annotations['{}']", names::ANNOTATION_ZONE),
+        "env": names::ENV_ZONE,
+        "init_container": names::INIT_CONTAINER_ZONE,
+        "volume": names::VOLUME_ZONE,
+        "mount_dir": names::ZONE_MOUNT_DIR,
+        "file_name": names::ZONE_FILE_NAME,
+        "file": names::zone_file_path(),
+        "image": settings.operator_image,
+        "timeout": settings.zone_wait_timeout,
+        "match_label_keys": match_label_keys,
+        "node_taints_policy": caps.spread_node_taints_policy,
+        "avoid": avoid,
+        "hostname_key": names::LABEL_HOSTNAME,
+    })
+}
+
+/// The volumes of a component's pods: StatefulSets keep data on claims, Deployments get
+/// an emptyDir at the same paths; plus the storage Secret where the store reads a file.
+fn pod_volumes(stack: &LokiStack, c: &EffectiveComponent) -> Value {
+    let (claims, empty_dirs) = match c.component.kind() {
+        WorkloadKind::StatefulSet => (c.volumes.clone(), vec![]),
+        WorkloadKind::Deployment => (
+            vec![],
+            vec![crate::model::defaults::Volume {
+                name: names::PVC_STORAGE,
+                mount_path: names::DATA_DIR,
+                size: "",
+            }],
+        ),
+    };
+    let data_volumes: Vec<_> = claims.iter().chain(empty_dirs.iter()).collect();
+    let secret = &stack.spec.storage.secret;
+    let secret_volume = storage::secret_mount(secret.type_).map(|dir| {
+        json!({"name": names::VOLUME_STORAGE_SECRET, "mount_path": dir, "secret": secret.name})
+    });
+    let ca_volume = stack.spec.storage.tls.as_ref().map(|tls| {
+        json!({"name": names::VOLUME_STORAGE_CA, "mount_path": names::STORAGE_CA_MOUNT_DIR, "config_map": tls.ca_name})
+    });
+    json!({
+        "data_volumes": data_volumes,
+        "empty_dirs": empty_dirs,
+        "claims": claims,
+        "storage_class": stack.spec.storage_class_name,
+        "secret_volume": secret_volume,
+        "ca_volume": ca_volume,
+    })
+}
+
+/// The Loki container: image, target, config flags, ports, storage environment.
+fn container(
+    stack: &LokiStack,
+    c: &EffectiveComponent,
+    settings: &Settings,
+    config_file: &str,
+) -> Value {
+    let comp = c.component;
+    let ports = [
+        (names::PORT_NAME_HTTP, names::PORT_HTTP),
+        (names::PORT_NAME_GRPC, names::PORT_GRPC),
+        (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
+    ];
+    let secret = &stack.spec.storage.secret;
+    json!({
+        "container_name": format!("loki-{}", comp.name()),
+        "image": settings.loki_image,
+        "args": [
+            format!("-target={}", comp.name()),
+            format!("-config.file={}/{}", names::CONFIG_MOUNT_DIR, config_file),
+            format!("-runtime-config.file={}/{}", names::CONFIG_MOUNT_DIR, names::RUNTIME_CONFIG_FILE),
+            "-config.expand-env=true",
+        ],
+        "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p})).collect::<Vec<_>>(),
+        "http_port": names::PORT_HTTP,
+        "env": storage::env(secret.type_, &secret.name),
+        "requests": c.requests,
+        "config_volume": names::VOLUME_CONFIG,
+        "config_mount_dir": names::CONFIG_MOUNT_DIR,
+    })
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
+        into.extend(from);
+    }
+}
+
+/// The update strategy of the stack's StatefulSets. With zones the operator rolls them
+/// itself, one zone at a time (`plan/rollout.rs`, `act/rollout.rs`): the StatefulSet controller's own
+/// rolling update goes by ordinal and would restart pods of every zone in turn.
+fn update_strategy(eff: &EffectiveStack) -> &'static str {
+    if eff.zone_aware() {
+        names::UPDATE_STRATEGY_ON_DELETE
+    } else {
+        "RollingUpdate"
+    }
+}
+
+fn workload(
+    stack: &LokiStack,
+    name: &str,
+    eff: &EffectiveStack,
+    c: &EffectiveComponent,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+    config: &ConfigHashes,
+) -> Result<Document, RenderError> {
+    let comp = c.component;
+    let kind = comp.kind();
+    let (config_file, config_hash) = config.of(comp);
+    let mut pod_labels = component_labels(name, comp);
+    pod_labels.insert(names::LABEL_GOSSIP.into(), "true".into());
+    let mut ctx = json!({
+        "stack": stack_ctx(stack),
+        "name": comp.workload_name(name),
+        "labels": component_labels(name, comp),
+        "selector": component_labels(name, comp),
+        "spread_selector": spread_selector(name, comp),
+        "pod_labels": pod_labels,
+        "replicas": c.replicas,
+        "grpc_service": comp.grpc_service_name(name),
+        "config_hash_annotation": names::ANNOTATION_CONFIG_HASH,
+        "config_hash": config_hash,
+        "service_account": names::service_account_name(name),
+        "node_selector": c.node_selector,
+        "tolerations": c.tolerations,
+        "zone": zone_ctx(eff, settings, caps, kind),
+        "config_map": names::config_map_name(name),
+        "update_strategy": update_strategy(eff),
+    });
+    merge(&mut ctx, container(stack, c, settings, config_file));
+    merge(&mut ctx, pod_volumes(stack, c));
+    match kind {
+        WorkloadKind::Deployment => document("deployment.yaml.tera", "Deployment", &ctx),
+        WorkloadKind::StatefulSet => document("statefulset.yaml.tera", "StatefulSet", &ctx),
+    }
+}
+
+fn service(
+    stack: &LokiStack,
+    name: String,
+    labels: BTreeMap<String, String>,
+    selector: BTreeMap<String, String>,
+    port: (&str, i32),
+    headless: bool,
+    publish_not_ready: bool,
+) -> Result<Document, RenderError> {
+    let ctx = json!({
+        "stack": stack_ctx(stack),
+        "name": name,
+        "labels": labels,
+        "selector": selector,
+        "port": {"name": port.0, "port": port.1},
+        "headless": headless,
+        "publish_not_ready": publish_not_ready,
+    });
+    document("service.yaml.tera", "Service", &ctx)
+}
+
+/// Every object of one stack, typed, in apply order: ServiceAccount, ConfigMap, Services,
+/// then per component its workload and PDB.
+pub fn render(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+) -> Result<Vec<Child>, RenderError> {
+    documents(stack, eff, settings, caps)?
+        .iter()
+        .map(parse)
+        .collect()
+}
+
+/// The rendered templates of one stack, before parsing.
+pub fn documents(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+) -> Result<Vec<Document>, RenderError> {
+    let name = stack.metadata.name.clone().ok_or(RenderError::NoName)?;
+    let common = common_labels(&name);
+    let sa_ctx = json!({"stack": stack_ctx(stack), "name": names::service_account_name(&name), "labels": common});
+    let mut out = vec![document(
+        "serviceaccount.yaml.tera",
+        "ServiceAccount",
+        &sa_ctx,
+    )?];
+    let (config_map, hashes) = config_map(stack, eff, &name)?;
+    out.push(config_map);
+    out.push(gossip_service(stack, &name)?);
+    for c in &eff.components {
+        out.extend(component_documents(
+            stack, &name, eff, c, settings, caps, &hashes,
+        )?);
+    }
+    Ok(out)
+}
+
+/// The config file each component reads, with the hash that rolls its pods when that
+/// file changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigHashes {
+    main: String,
+    /// Of [`names::CONFIG_READ_FILE`], while the read path has its own config.
+    read: Option<String>,
+}
+
+impl ConfigHashes {
+    fn new(main: &str, read: Option<&str>) -> ConfigHashes {
+        // The runtime config is left out: Loki reloads it, so a tenant's limits change
+        // without restarting any pod.
+        let one = |file: &str, content: &str| {
+            config_hash(&[(file.to_string(), content.to_string())].into())
+        };
+        ConfigHashes {
+            main: one(names::CONFIG_FILE, main),
+            read: read.map(|r| one(names::CONFIG_READ_FILE, r)),
+        }
+    }
+
+    /// The file `comp` reads and its hash.
+    pub fn of(&self, comp: Component) -> (&'static str, &str) {
+        match &self.read {
+            Some(read) if comp.reads_ingesters() => (names::CONFIG_READ_FILE, read),
+            _ => (names::CONFIG_FILE, &self.main),
+        }
+    }
+}
+
+/// The config hashes of a stack's components, as [`render`] writes them on the pods.
+pub fn config_hashes(stack: &LokiStack, eff: &EffectiveStack) -> Result<ConfigHashes, RenderError> {
+    let main = loki_config(stack, eff)?;
+    let read = loki_read_config(stack, eff)?;
+    Ok(ConfigHashes::new(&main, read.as_deref()))
+}
+
+/// The ConfigMap with Loki's config files, and the hashes that roll pods when they change.
+fn config_map(
+    stack: &LokiStack,
+    eff: &EffectiveStack,
+    name: &str,
+) -> Result<(Document, ConfigHashes), RenderError> {
+    let main = loki_config(stack, eff)?;
+    let read = loki_read_config(stack, eff)?;
+    let hashes = ConfigHashes::new(&main, read.as_deref());
+    let mut files: BTreeMap<String, String> = [
+        (names::CONFIG_FILE.to_string(), main),
+        (
+            names::RUNTIME_CONFIG_FILE.to_string(),
+            render_text(
+                "runtime-config.yaml.tera",
+                &json!({"overrides": limits::tenant_overrides(stack.spec.limits.as_ref())}),
+            )?,
+        ),
+    ]
+    .into();
+    if let Some(read) = read {
+        files.insert(names::CONFIG_READ_FILE.to_string(), read);
+    }
+    let ctx = json!({"stack": stack_ctx(stack), "name": names::config_map_name(name), "labels": common_labels(name), "files": files});
+    Ok((document("configmap.yaml.tera", "ConfigMap", &ctx)?, hashes))
+}
+
+/// The headless Service through which ring members find each other; it publishes pods
+/// before they are Ready, since they must join the ring to become Ready.
+fn gossip_service(stack: &LokiStack, name: &str) -> Result<Document, RenderError> {
+    let selector: BTreeMap<String, String> = [
+        (names::LABEL_INSTANCE.to_string(), name.to_string()),
+        (names::LABEL_GOSSIP.to_string(), "true".to_string()),
+    ]
+    .into();
+    service(
+        stack,
+        names::gossip_service_name(name),
+        common_labels(name),
+        selector,
+        (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
+        true,
+        true,
+    )
+}
+
+/// A component's HTTP and gRPC Services, its workload and its PodDisruptionBudget.
+fn component_documents(
+    stack: &LokiStack,
+    name: &str,
+    eff: &EffectiveStack,
+    c: &EffectiveComponent,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+    hashes: &ConfigHashes,
+) -> Result<Vec<Document>, RenderError> {
+    let comp = c.component;
+    let labels = component_labels(name, comp);
+    let http = (names::PORT_NAME_HTTP, names::PORT_HTTP);
+    let grpc = (names::PORT_NAME_GRPC, names::PORT_GRPC);
+    let max_unavailable = match comp {
+        Component::Ingester => eff.ingester_disruptions.max(1),
+        _ => 1,
+    };
+    let pdb_ctx = json!({"stack": stack_ctx(stack), "name": comp.workload_name(name), "labels": labels, "selector": labels, "max_unavailable": max_unavailable});
+    Ok(vec![
+        service(
+            stack,
+            comp.http_service_name(name),
+            labels.clone(),
+            labels.clone(),
+            http,
+            false,
+            false,
+        )?,
+        service(
+            stack,
+            comp.grpc_service_name(name),
+            labels.clone(),
+            labels.clone(),
+            grpc,
+            true,
+            false,
+        )?,
+        workload(stack, name, eff, c, settings, caps, hashes)?,
+        document("pdb.yaml.tera", "PodDisruptionBudget", &pdb_ctx)?,
+    ])
+}
+
+/// Serialises objects as one multi-document YAML stream (`kubectl apply -f -` accepts it).
+pub fn to_yaml_stream(children: &[Child]) -> Result<String, serde_yaml_ng::Error> {
+    let mut out = String::new();
+    for c in children {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(
+            &c.to_json()
+                .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?,
+        )?);
+    }
+    Ok(out)
+}
