@@ -527,7 +527,7 @@ fn breaks(schema: &Value, case: &Invalid) -> Result<Vec<Constraint>> {
     if let Some(message) = case.cel_message {
         // The rule sits on the field itself or on an object above it (with a fieldPath).
         out.push((
-            rule_owner(schema, message).unwrap_or_default(),
+            rule_owner(schema, message, &case.field).unwrap_or_default(),
             format!("rule: {message}"),
         ));
     }
@@ -546,11 +546,36 @@ fn date_shaped(s: &str) -> bool {
         })
 }
 
-/// The path of the schema node that carries the CEL rule with this message.
-fn rule_owner(schema: &Value, message: &str) -> Option<String> {
+/// The path of the schema node that carries the CEL rule with this message, above
+/// `field` (a rule may sit at several places: one schema inlined under `global` and under
+/// every tenant, say).
+fn rule_owner(schema: &Value, message: &str, field: &str) -> Option<String> {
     let mut all = BTreeSet::new();
     constraints(schema, "", &mut all);
-    all.into_iter()
-        .find(|(_, what)| what.strip_prefix("rule: ") == Some(message))
+    // `spec.limits.tenants.team-a.retention.streams[0].selector`, without indexes.
+    let mut unindexed = String::new();
+    let mut depth = 0;
+    for c in field.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ if depth == 0 => unindexed.push(c),
+            _ => {}
+        }
+    }
+    let segments: Vec<&str> = unindexed.split('.').collect();
+    let above = |owner: &str| {
+        let owner: Vec<&str> = owner.split('.').filter(|s| !s.is_empty()).collect();
+        owner.len() <= segments.len()
+            && owner
+                .iter()
+                .zip(&segments)
+                .all(|(o, f)| *o == "*" || o == f)
+    };
+    let owners: Vec<String> = all
+        .into_iter()
+        .filter(|(_, what)| what.strip_prefix("rule: ") == Some(message))
         .map(|(path, _)| path)
+        .collect();
+    owners.iter().find(|o| above(o)).or(owners.first()).cloned()
 }

@@ -272,3 +272,136 @@ fn lists_with_an_identity_are_list_maps() {
         );
     }
 }
+
+/// Loki runs with `-config.expand-env=true`, so a `$` a user writes into any string of
+/// the spec that reaches Loki's configuration (or its runtime overrides) would be
+/// expanded from the Loki pod's environment, where the object store's credentials are.
+/// For every string and every map key of every valid stack of the admission table, one
+/// at a time, a `${...}` is added: either the CRD (OpenAPI or CEL) or the reconciler's
+/// `validate` refuses the stack, or nothing of it reaches a rendered ConfigMap.
+#[test]
+fn no_user_string_reaches_lokis_config_expandable() {
+    use loki_zone_operator::model::defaults::effective;
+    use loki_zone_operator::render::{render, Child, ServerCapabilities, Settings};
+    use loki_zone_operator_tests::admission::valid_cases;
+
+    const PROBE: &str = "${LZO_PROBE}";
+    // Every place of a JSON value: the path to a string (Some(key) for a map key).
+    fn places(v: &Value, at: &mut Vec<String>, out: &mut Vec<(Vec<String>, bool)>) {
+        match v {
+            Value::String(_) => out.push((at.clone(), false)),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    at.push(i.to_string());
+                    places(item, at, out);
+                    at.pop();
+                }
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    at.push(k.clone());
+                    out.push((at.clone(), true));
+                    places(item, at, out);
+                    at.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    fn probed(body: &Value, path: &[String], key: bool) -> Value {
+        let mut v = body.clone();
+        let (last, parent) = path.split_last().expect("a path");
+        let mut node = &mut v;
+        for p in parent {
+            node = match node {
+                Value::Array(a) => &mut a[p.parse::<usize>().expect("index")],
+                other => &mut other[p.as_str()],
+            };
+        }
+        if key {
+            if let Some(map) = node.as_object_mut() {
+                let item = map.remove(last).unwrap_or(Value::Null);
+                map.insert(format!("{last}{PROBE}"), item);
+            }
+        } else {
+            let slot = match node {
+                Value::Array(a) => &mut a[last.parse::<usize>().expect("index")],
+                other => &mut other[last.as_str()],
+            };
+            let s = slot.as_str().unwrap_or_default().to_string();
+            *slot = Value::String(format!("{s}{PROBE}"));
+        }
+        v
+    }
+    let configmaps = |body: &Value| -> Option<String> {
+        let mut stack: LokiStack = serde_json::from_value(body.clone()).ok()?;
+        stack.metadata.namespace = Some("logs".into());
+        stack.metadata.uid = Some("uid".into());
+        loki_zone_operator::checks::validate::validate_stack(&stack).ok()?;
+        let eff = effective(&stack.spec);
+        let children = render(
+            &stack,
+            &eff,
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .expect("a valid stack renders");
+        let mut text = String::new();
+        for c in children {
+            if let Child::ConfigMap(cm) = c {
+                for v in cm.data.into_iter().flatten().map(|(_, v)| v) {
+                    text.push_str(&v);
+                }
+            }
+        }
+        Some(text)
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut refused, mut rendered) = (Vec::new(), 0);
+    for case in valid_cases().expect("cases") {
+        let mut found = Vec::new();
+        places(
+            &case.body["spec"],
+            &mut vec!["spec".to_string()],
+            &mut found,
+        );
+        for (path, key) in found {
+            let shape: Vec<&str> = path
+                .iter()
+                .map(|p| if p.parse::<usize>().is_ok() { "[]" } else { p })
+                .collect();
+            if !seen.insert((shape.join("."), key)) {
+                continue;
+            }
+            let body = probed(&case.body, &path, key);
+            let what = format!("{}{}", path.join("."), if key { " (key)" } else { "" });
+            if !openapi_errors(&body).is_empty() || !cel_errors(&body).is_empty() {
+                refused.push(what);
+                continue;
+            }
+            let Some(config) = configmaps(&body) else {
+                refused.push(what);
+                continue;
+            };
+            rendered += 1;
+            assert!(
+                !config.contains("LZO_PROBE"),
+                "{what} of case {}: a `$` reaches Loki's config, which Loki expands from its environment",
+                case.name
+            );
+        }
+    }
+    // The table must reach the fields that matter, and most strings must be accepted
+    // (the check is about what reaches the config, not about refusing everything).
+    for must in [
+        "spec.limits.global.retention.streams.0.selector",
+        "spec.limits.tenants.team-a.retention.streams.0.selector",
+        "spec.limits.tenants.team-a (key)",
+    ] {
+        assert!(
+            refused.iter().any(|r| r == must),
+            "{must} not refused: {refused:?}"
+        );
+    }
+    assert!(rendered > 20, "only {rendered} probes rendered");
+}

@@ -8,9 +8,10 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::model::api::{
-    LokiStack, LokiStackSpec, ObjectStorageSecretType, ZoneSpec, MAX_REPLICAS,
+    LimitsTemplateSpec, LokiStack, LokiStackSpec, ObjectStorageSecretType, ZoneSpec, MAX_REPLICAS,
     MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN,
-    RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
+    RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_SELECTOR_NO_DOLLAR_MSG,
+    RULE_TENANTS_NO_DOLLAR_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
 };
 use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::names::MAX_STACK_NAME_LEN;
@@ -121,6 +122,7 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
         zones(&r.zones, &mut errors);
     }
     storage(spec, &mut errors);
+    nothing_to_expand(spec, &mut errors);
     for c in Component::ALL {
         let replicas = c.template(spec).and_then(|t| t.replicas);
         if let Some(r) = replicas.filter(|r| !(0..=MAX_REPLICAS).contains(r)) {
@@ -134,6 +136,33 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
         Ok(())
     } else {
         Err(InvalidSpec(errors))
+    }
+}
+
+/// No free-form string of the spec that is written into Loki's configuration may hold a
+/// `$`: Loki expands it from its environment (`-config.expand-env`), where the object
+/// store's credentials are. The others are bounded by patterns or enums.
+fn nothing_to_expand(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
+    let Some(limits) = &spec.limits else {
+        return;
+    };
+    let selectors = |at: &str, l: &LimitsTemplateSpec, errors: &mut Vec<FieldError>| {
+        let streams = l.retention.iter().flat_map(|r| r.streams.iter());
+        for (i, s) in streams.enumerate() {
+            if s.selector.contains('$') {
+                let field = format!("{at}.retention.streams[{i}].selector");
+                errors.push(err(field, RULE_SELECTOR_NO_DOLLAR_MSG));
+            }
+        }
+    };
+    if let Some(g) = &limits.global {
+        selectors("spec.limits.global", g, errors);
+    }
+    if limits.tenants.keys().any(|t| t.contains('$')) {
+        errors.push(err("spec.limits.tenants", RULE_TENANTS_NO_DOLLAR_MSG));
+    }
+    for (tenant, l) in &limits.tenants {
+        selectors(&format!("spec.limits.tenants.{tenant}"), l, errors);
     }
 }
 

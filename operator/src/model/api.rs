@@ -42,6 +42,17 @@ pub const RULE_KEY_PREFIX_MSG: &str =
 pub const RULE_TLS_S3: &str = "!has(self.tls) || self.secret.type == 's3'";
 pub const RULE_TLS_S3_MSG: &str =
     "tls (a custom CA bundle) is supported for storage type s3 only: remove it";
+/// Loki runs with `-config.expand-env=true`: a `$` in a string the operator writes into
+/// its configuration would be expanded from the Loki pod's environment, which holds the
+/// object store's credentials. So no string of the spec that reaches Loki's
+/// configuration may hold one (`render/limits.rs` writes these two).
+pub const RULE_SELECTOR_NO_DOLLAR: &str = "!self.selector.contains('$')";
+pub const RULE_SELECTOR_NO_DOLLAR_MSG: &str =
+    "a stream selector may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; remove it (LogQL regular expressions are anchored already)";
+pub const RULE_TENANTS_NO_DOLLAR: &str =
+    "!has(self.tenants) || self.tenants.all(t, !t.contains('$'))";
+pub const RULE_TENANTS_NO_DOLLAR_MSG: &str =
+    "a tenant name may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are";
 pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
 pub const RULE_NAME_LENGTH_MSG: &str =
     "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
@@ -441,8 +452,9 @@ pub struct RulesSpec {
 }
 
 /// Limits for every tenant, and per tenant on top of those.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(RULE_TENANTS_NO_DOLLAR).message(RULE_TENANTS_NO_DOLLAR_MSG).field_path(".tenants"))]
 pub struct LimitsSpec {
     /// Limits of every tenant (Loki's limits_config).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -555,8 +567,9 @@ pub struct RetentionLimitSpec {
     pub streams: Vec<RetentionStreamSpec>,
 }
 
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(RULE_SELECTOR_NO_DOLLAR).message(RULE_SELECTOR_NO_DOLLAR_MSG).field_path(".selector"))]
 pub struct RetentionStreamSpec {
     #[schemars(range(min = 0, max = 36500))]
     pub days: i32,
