@@ -10,8 +10,8 @@ use std::fmt;
 use crate::model::api::{
     LimitsTemplateSpec, LokiStack, LokiStackSpec, ObjectStorageSecretType, ZoneSpec, MAX_REPLICAS,
     MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN,
-    RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_SELECTOR_NO_DOLLAR_MSG,
-    RULE_TENANTS_NO_DOLLAR_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
+    RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
+    SELECTOR_NO_DOLLAR_MSG, TENANT_NO_DOLLAR_MSG,
 };
 use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::names::MAX_STACK_NAME_LEN;
@@ -141,7 +141,9 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
 
 /// No free-form string of the spec that is written into Loki's configuration may hold a
 /// `$`: Loki expands it from its environment (`-config.expand-env`), where the object
-/// store's credentials are. The others are bounded by patterns or enums.
+/// store's credentials are. The CRD refuses it in selectors (a stack stored before that
+/// pattern is caught here); tenant names only here. Every other string that reaches the
+/// configuration is bound by a pattern or an enum.
 fn nothing_to_expand(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
     let Some(limits) = &spec.limits else {
         return;
@@ -151,7 +153,7 @@ fn nothing_to_expand(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
         for (i, s) in streams.enumerate() {
             if s.selector.contains('$') {
                 let field = format!("{at}.retention.streams[{i}].selector");
-                errors.push(err(field, RULE_SELECTOR_NO_DOLLAR_MSG));
+                errors.push(err(field, SELECTOR_NO_DOLLAR_MSG));
             }
         }
     };
@@ -159,7 +161,7 @@ fn nothing_to_expand(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
         selectors("spec.limits.global", g, errors);
     }
     if limits.tenants.keys().any(|t| t.contains('$')) {
-        errors.push(err("spec.limits.tenants", RULE_TENANTS_NO_DOLLAR_MSG));
+        errors.push(err("spec.limits.tenants", TENANT_NO_DOLLAR_MSG));
     }
     for (tenant, l) in &limits.tenants {
         selectors(&format!("spec.limits.tenants.{tenant}"), l, errors);
@@ -435,5 +437,51 @@ mod tests {
         let long = crate::testing::stack(&format!("{name}b"), stack_spec(LokiStackSize::Demo));
         let e = validate_stack(&long).expect_err("39 characters");
         assert_eq!(e.0[0].field, "metadata.name");
+    }
+
+    #[test]
+    fn a_dollar_that_would_reach_lokis_config_is_refused_naming_the_field() {
+        use crate::model::api::{
+            LimitsSpec, LimitsTemplateSpec, RetentionLimitSpec, RetentionStreamSpec,
+        };
+        let limits = |selector: &str| LimitsTemplateSpec {
+            retention: Some(RetentionLimitSpec {
+                days: 7,
+                streams: vec![RetentionStreamSpec {
+                    days: 1,
+                    priority: 0,
+                    selector: selector.into(),
+                }],
+            }),
+            ..Default::default()
+        };
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.limits = Some(LimitsSpec {
+            global: Some(limits("{a=\"${AWS_SECRET_ACCESS_KEY}\"}")),
+            tenants: [
+                ("team-$HOSTNAME".to_string(), limits("{a=\"b\"}")),
+                ("team-b".to_string(), limits("{a=~\"x$\"}")),
+            ]
+            .into(),
+        });
+        let fields: Vec<String> = validate(&spec)
+            .expect_err("refused")
+            .0
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.limits.global.retention.streams[0].selector",
+                "spec.limits.tenants",
+                "spec.limits.tenants.team-b.retention.streams[0].selector",
+            ]
+        );
+        spec.limits = Some(LimitsSpec {
+            global: Some(limits("{a=\"b\"}")),
+            tenants: [("team-a".to_string(), limits("{a=\"b\"}"))].into(),
+        });
+        assert_eq!(validate(&spec), Ok(()));
     }
 }

@@ -45,14 +45,15 @@ pub const RULE_TLS_S3_MSG: &str =
 /// Loki runs with `-config.expand-env=true`: a `$` in a string the operator writes into
 /// its configuration would be expanded from the Loki pod's environment, which holds the
 /// object store's credentials. So no string of the spec that reaches Loki's
-/// configuration may hold one (`render/limits.rs` writes these two).
-pub const RULE_SELECTOR_NO_DOLLAR: &str = "!self.selector.contains('$')";
-pub const RULE_SELECTOR_NO_DOLLAR_MSG: &str =
+/// configuration may hold one (`render/limits.rs` writes these two). Selectors are
+/// refused at admission by a pattern, which every server enforces (a CEL rule over
+/// unbounded maps of unbounded lists exceeds the CEL cost budget); tenant names, map
+/// keys that a CRD schema cannot constrain, by the reconciler (`checks/validate.rs`).
+pub const NO_DOLLAR_PATTERN: &str = r"^[^$]*$";
+pub const SELECTOR_NO_DOLLAR_MSG: &str =
     "a stream selector may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; remove it (LogQL regular expressions are anchored already)";
-pub const RULE_TENANTS_NO_DOLLAR: &str =
-    "!has(self.tenants) || self.tenants.all(t, !t.contains('$'))";
-pub const RULE_TENANTS_NO_DOLLAR_MSG: &str =
-    "a tenant name may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are";
+pub const TENANT_NO_DOLLAR_MSG: &str =
+    "a tenant name may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; rename the tenant";
 pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
 pub const RULE_NAME_LENGTH_MSG: &str =
     "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
@@ -452,15 +453,14 @@ pub struct RulesSpec {
 }
 
 /// Limits for every tenant, and per tenant on top of those.
-#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(RULE_TENANTS_NO_DOLLAR).message(RULE_TENANTS_NO_DOLLAR_MSG).field_path(".tenants"))]
 pub struct LimitsSpec {
     /// Limits of every tenant (Loki's limits_config).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<LimitsTemplateSpec>,
     /// Limits of named tenants, changed without restarting any pod (Loki's runtime
-    /// overrides).
+    /// overrides). A tenant name may not contain `$`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tenants: BTreeMap<String, LimitsTemplateSpec>,
 }
@@ -567,17 +567,17 @@ pub struct RetentionLimitSpec {
     pub streams: Vec<RetentionStreamSpec>,
 }
 
-#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(RULE_SELECTOR_NO_DOLLAR).message(RULE_SELECTOR_NO_DOLLAR_MSG).field_path(".selector"))]
 pub struct RetentionStreamSpec {
     #[schemars(range(min = 0, max = 36500))]
     pub days: i32,
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub priority: i32,
-    /// A LogQL stream selector, e.g. {namespace="dev"}.
-    #[schemars(length(min = 3))]
+    /// A LogQL stream selector, e.g. {namespace="dev"}. It may not contain `$`, which
+    /// Loki would expand from its environment (where the storage credentials are).
+    #[schemars(length(min = 3), regex(pattern = NO_DOLLAR_PATTERN))]
     pub selector: String,
 }
 
