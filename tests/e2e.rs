@@ -48,6 +48,10 @@ use outage::{
 };
 #[path = "e2e/restart.rs"]
 mod restart;
+#[path = "e2e/stalled_leader.rs"]
+mod stalled_leader;
+use stalled_leader::a_stalled_leader_stops_before_a_standby_takes_over;
+
 #[path = "e2e/rollout.rs"]
 mod rollout;
 use restart::api_server_restarts_never_stop_the_operator;
@@ -1478,6 +1482,7 @@ fn main() -> std::process::ExitCode {
         pod_on_unlabelled_node_is_named_then_annotated_when_labelled,
         disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone,
         standby_replica_takes_over_when_the_leader_stops,
+        a_stalled_leader_stops_before_a_standby_takes_over,
         apply_failure_is_retried_with_the_error_backoff,
         a_stack_that_does_not_decode_stops_only_itself,
         objects_of_the_same_name_are_never_adopted,

@@ -211,14 +211,34 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn run_operator(cfg: loki_zone_operator::lead::RunConfig) -> anyhow::Result<()> {
+/// No answer for this long ends a request of the main client. Longer than the server's
+/// own watch timeout (290 s, after which kube's watcher starts a new watch), so a quiet
+/// watch is never cut; a request on a dead connection still fails instead of hanging.
+const READ_TIMEOUT: Duration = Duration::from_secs(295);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn run_operator(mut cfg: loki_zone_operator::lead::RunConfig) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot connect to Kubernetes: {e}"))?;
+        let connect =
+            |e: &dyn std::fmt::Display| anyhow::anyhow!("cannot connect to Kubernetes: {e}");
+        let mut config = kube::Config::infer().await.map_err(|e| connect(&e))?;
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(READ_TIMEOUT);
+        config.reset_reader_on_write = true;
+        if let Some(leader) = &cfg.leader {
+            // The lease has its own client: its own connections (a stalled connection of
+            // the reconciler never holds a renewal up), no retry layer (a throttled
+            // renewal fails rather than waits), and timeouts within the renew deadline.
+            let mut lease = config.clone();
+            lease.default_retry = false;
+            lease.connect_timeout = Some(leader.renew_deadline / 2);
+            lease.read_timeout = Some(leader.renew_deadline);
+            cfg.lease_client = Some(kube::Client::try_from(lease).map_err(|e| connect(&e))?);
+        }
+        let client = kube::Client::try_from(config).map_err(|e| connect(&e))?;
         loki_zone_operator::lead::run(client, cfg).await?;
         Ok(())
     })
@@ -265,6 +285,7 @@ impl RunArgs {
             scope: self.watch_namespaces,
             secret_poll: self.secret_poll_interval,
             webhook,
+            lease_client: None,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod bundle;
 pub mod harness;
 pub mod nodesim;
 pub mod operator;
+pub mod proxy;
 
 use std::path::PathBuf;
 

@@ -9,6 +9,13 @@
 //! a change. The holder gives up after a renew deadline shorter than the lease duration,
 //! so it has stopped before anyone else can take over. Failed calls (an API server
 //! restarting, RBAC warming up) are retried every retry period until that deadline.
+//!
+//! Every call of the holder is bounded by what is left of the renew deadline, so a call
+//! stuck on a dead connection or held back by retries cannot keep it leading: when the
+//! deadline passes, [`Elector::hold`] returns at once, and the term ends with it. The
+//! lease client should have no retry layer and its own connections (`main.rs` builds
+//! one), so that neither a throttled retry nor a stalled connection of the reconciler
+//! delays a renewal.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -38,11 +45,14 @@ pub struct LeaderConfig {
 pub enum LeaderError {
     #[error("lost the leader lease {0}: another replica holds it now")]
     Lost(String),
-    #[error("could not renew the leader lease {name} for {seconds}s: {source}")]
+    #[error(
+        "could not renew the leader lease {name} within its renew deadline of {seconds}s: {why}"
+    )]
     RenewFailed {
         name: String,
         seconds: u64,
-        source: kube::Error,
+        /// The last error, or that the last call had not answered by the deadline.
+        why: String,
     },
 }
 
@@ -159,60 +169,85 @@ impl Elector {
         }
     }
 
-    /// Waits until this replica holds the lease.
+    /// Waits until this replica holds the lease. Each attempt is bounded by the renew
+    /// deadline, so a call stuck on a dead connection does not stop the campaign.
     pub async fn acquire(&self) {
         let mut logged = false;
         loop {
-            match self.try_acquire().await {
-                Ok(true) => {
+            let attempt = tokio::time::timeout(self.cfg.renew_deadline, self.try_acquire());
+            match attempt.await {
+                Ok(Ok(true)) => {
                     info!(lease = %self.cfg.name, identity = %self.cfg.identity, "became leader");
                     return;
                 }
-                Ok(false) if !logged => {
+                Ok(Ok(false)) if !logged => {
                     info!(lease = %self.cfg.name, "another replica leads; standing by");
                     logged = true;
                 }
-                Ok(false) => {}
-                Err(e) => {
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
                     warn!(lease = %self.cfg.name, error = %e, "leader election attempt failed")
+                }
+                Err(_) => {
+                    warn!(lease = %self.cfg.name, "leader election attempt got no answer; trying again")
                 }
             }
             tokio::time::sleep(self.cfg.retry_every).await;
         }
     }
 
-    /// Renews the lease until it is lost or cannot be renewed within the renew deadline;
-    /// returns why. A failed renewal is retried every retry period meanwhile.
+    /// Renews the lease until it is lost or not renewed within the renew deadline;
+    /// returns why, at the latest when the deadline passes. A failed renewal is retried
+    /// every retry period meanwhile, each call bounded by what is left of the deadline.
     pub async fn hold(&self) -> LeaderError {
-        let mut last_ok = tokio::time::Instant::now();
+        let mut renewed = Instant::now();
         let mut wait = self.cfg.renew_every;
+        let mut last_error: Option<String> = None;
         loop {
-            tokio::time::sleep(wait).await;
-            match self.try_acquire().await {
-                Ok(true) => {
-                    last_ok = tokio::time::Instant::now();
+            let deadline = renewed + self.cfg.renew_deadline;
+            tokio::time::sleep_until((Instant::now() + wait).min(deadline)).await;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = tokio::time::timeout(left, self.try_acquire()).await;
+            match attempt {
+                Ok(Ok(true)) => {
+                    renewed = Instant::now();
                     wait = self.cfg.renew_every;
+                    last_error = None;
                 }
-                Ok(false) => return LeaderError::Lost(self.cfg.name.clone()),
-                Err(source)
-                    if last_ok.elapsed() + self.cfg.retry_every >= self.cfg.renew_deadline =>
-                {
-                    return LeaderError::RenewFailed {
-                        name: self.cfg.name.clone(),
-                        seconds: self.cfg.renew_deadline.as_secs(),
-                        source,
-                    }
-                }
-                Err(e) => {
+                Ok(Ok(false)) => return LeaderError::Lost(self.cfg.name.clone()),
+                Ok(Err(e)) if Instant::now() < deadline => {
                     warn!(error = %e, "lease renewal failed; retrying");
+                    last_error = Some(e.to_string());
                     wait = self.cfg.retry_every;
+                }
+                Ok(Err(e)) => return self.deadline_passed(Some(e.to_string())),
+                Err(_) => {
+                    let why = last_error.take().unwrap_or_else(|| "no answer".to_string());
+                    return self.deadline_passed(Some(why));
                 }
             }
         }
     }
 
+    fn deadline_passed(&self, why: Option<String>) -> LeaderError {
+        LeaderError::RenewFailed {
+            name: self.cfg.name.clone(),
+            seconds: self.cfg.renew_deadline.as_secs(),
+            why: why.unwrap_or_else(|| "no answer".to_string()),
+        }
+    }
+
     /// Gives the lease up on shutdown, so a standby takes over without waiting it out.
     pub async fn release(&self) {
+        if tokio::time::timeout(self.cfg.renew_deadline, self.release_now())
+            .await
+            .is_err()
+        {
+            warn!(lease = %self.cfg.name, "releasing the lease got no answer; a standby takes over when it expires");
+        }
+    }
+
+    async fn release_now(&self) {
         let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await else {
             return;
         };
@@ -289,5 +324,56 @@ mod tests {
             "me",
             fresh
         ));
+    }
+
+    /// A renewal that never answers (a stalled connection) ends the hold when the renew
+    /// deadline passes, counted from the last renewal, not a moment later.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_answers_ends_the_hold_at_the_deadline() {
+        use std::convert::Infallible;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        use http::{Request, Response};
+        use kube::client::Body;
+        use serde_json::json;
+
+        // Answers the first three calls (a get, a put, a get: one renewal and a read),
+        // then never again.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        let service = tower::service_fn(move |_req: Request<Body>| {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n >= 3 {
+                    std::future::pending::<()>().await;
+                }
+                let lease = json!({
+                    "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": "l", "namespace": "ns", "resourceVersion": n.to_string()},
+                    "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
+                });
+                Ok::<_, Infallible>(Response::new(Body::from(lease.to_string().into_bytes())))
+            }
+        });
+        let cfg = LeaderConfig {
+            namespace: "ns".into(),
+            name: "l".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            renew_every: Duration::from_secs(2),
+            retry_every: Duration::from_secs(2),
+        };
+        let elector = Elector::new(Client::new(service, "ns"), cfg);
+        let started = Instant::now();
+        let why = elector.hold().await;
+        // Renewed once at 2 s; the next call, at 4 s, never answers: out at 2 + 10 s.
+        assert_eq!(started.elapsed(), Duration::from_secs(12), "{why}");
+        assert!(
+            matches!(&why, LeaderError::RenewFailed { why, .. } if why == "no answer"),
+            "{why}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
     }
 }

@@ -48,6 +48,8 @@ pub struct RunConfig {
     /// How often the storage Secrets that stacks name are read again.
     pub secret_poll: Duration,
     pub webhook: WebhookConfig,
+    /// The client of the leader lease (see `lease.rs`); the main client when `None`.
+    pub lease_client: Option<Client>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -181,7 +183,8 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
         recorder,
         metrics,
     };
-    let elector = cfg.leader.clone().map(|l| Elector::new(client.clone(), l));
+    let lease_client = cfg.lease_client.clone().unwrap_or_else(|| client.clone());
+    let elector = cfg.leader.clone().map(|l| Elector::new(lease_client, l));
     let result = loop {
         if let Some(e) = &elector {
             tokio::select! {
