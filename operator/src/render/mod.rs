@@ -117,9 +117,9 @@ pub struct ServerCapabilities {
     /// CEL rules in CRDs (`x-kubernetes-validations`, 1.25+). Older servers reject them
     /// under server-side apply; the reconciler enforces the same rules anyway.
     pub crd_cel_rules: bool,
-    /// `matchConditions` on admission webhooks (GA in 1.30): the zone-at-bind webhook is
-    /// then called only for the pods of zone-aware stacks, not every pod of their
-    /// namespaces.
+    /// `matchConditions` on admission webhooks (beta and on by default from 1.28, GA in
+    /// 1.30): the webhooks are then called only for the pods of zone-aware stacks (the
+    /// disruption webhook: their ingesters), not every pod of their namespaces.
     pub webhook_match_conditions: bool,
 }
 
@@ -139,7 +139,7 @@ impl ServerCapabilities {
             spread_node_taints_policy: at_least(27),
             pdb_v1: at_least(21),
             crd_cel_rules: at_least(25),
-            webhook_match_conditions: at_least(30),
+            webhook_match_conditions: at_least(28),
         }
     }
 

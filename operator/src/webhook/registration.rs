@@ -36,7 +36,7 @@ use crate::telemetry::metrics::Metrics;
 /// The API server gives up on the webhook after this long and binds the pod anyway.
 pub const TIMEOUT_SECONDS: i32 = 2;
 /// The API server gives up on the disruption webhook after this long and refuses the
-/// eviction (`kubectl drain` retries it).
+/// eviction with an error (a 500, which `kubectl drain` does not retry: it stops).
 pub const DISRUPTION_TIMEOUT_SECONDS: i32 = 5;
 /// How often the leader compares the configuration with the stacks it has (a reconcile
 /// that needs its namespace covered wakes it at once, see [`Coverage`]).
@@ -232,7 +232,7 @@ fn metadata(name: &str) -> ObjectMeta {
 
 /// The whole zone-at-bind configuration, a pure function of where the webhook is, the
 /// CA to trust, the zone-aware stacks and whether the server takes `matchConditions`
-/// (1.30+).
+/// (1.28+).
 pub fn configuration(
     target: &ClientTarget,
     ca_bundle: &str,
