@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use serde_json::Value;
 
@@ -25,9 +26,14 @@ use super::{create_stack, namespace, stack_json, wait_condition, Env, WAIT};
 const LEASE: &str = "loki-zone-operator";
 const NS: &str = "e2e-stalled-leader";
 
-/// The operator's writes and the number of its reads from `source` after byte `from` of
-/// the audit log.
-fn requests_from(audit: &Path, from: usize, source: &str) -> (Vec<String>, usize) {
+/// The operator's writes the API server received from `source` after `after`, and the
+/// number of its reads, from byte `from` of the audit log on.
+fn requests_from(
+    audit: &Path,
+    from: usize,
+    source: &str,
+    after: Timestamp,
+) -> (Vec<String>, usize) {
     let text = std::fs::read_to_string(audit).unwrap_or_default();
     let user = operator::service_account_user();
     let (mut writes, mut reads) = (Vec::new(), 0);
@@ -38,7 +44,10 @@ fn requests_from(audit: &Path, from: usize, source: &str) -> (Vec<String>, usize
         let from_source = ev["sourceIPs"]
             .as_array()
             .is_some_and(|ips| ips.iter().any(|ip| ip == source));
-        if ev["user"]["username"] != user.as_str() || !from_source {
+        let received = ev["requestReceivedTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        if ev["user"]["username"] != user.as_str() || !from_source || received <= Some(after) {
             continue;
         }
         match ev["verb"].as_str().unwrap_or_default() {
@@ -117,6 +126,9 @@ pub async fn a_stalled_leader_stops_before_a_standby_takes_over(env: &mut Env) -
         let from = std::fs::metadata(&audit).map_or(0, |m| m.len() as usize);
         proxy.stall();
         let stalled_at = Instant::now();
+        // What the leader sent before the stall (its first term re-applies every stack)
+        // is its right; from now on nothing of it may reach the server while it leads.
+        let stalled_wall = Timestamp::now();
         // Work for whoever leads.
         namespace(env, NS).await?;
         create_stack(env, NS, stack_json("s", "1x.demo", Value::Null)).await?;
@@ -129,7 +141,7 @@ pub async fn a_stalled_leader_stops_before_a_standby_takes_over(env: &mut Env) -
         proxy.heal();
         // Time to reconnect, re-list and, were it still leading, reconcile the new stack.
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let (writes, reads) = requests_from(&audit, from, SOURCE_IP);
+        let (writes, reads) = requests_from(&audit, from, SOURCE_IP, stalled_wall);
         ensure!(
             reads > 0,
             "nothing of the healed replica reached the API server: the check proves nothing"
