@@ -41,7 +41,7 @@ use namespaced::namespaced_mode_runs_only_the_watched_namespaces;
 #[path = "e2e/outage.rs"]
 mod outage;
 use outage::{
-    a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
+    a_cordoned_zone_is_never_recovered, a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
     compactor_is_moved_out_of_a_lost_zone_when_opted_in, one_zone_down_keeps_the_stack_ready,
     runbook_commands_move_the_compactor_out_of_a_lost_zone, two_zones_down_lose_write_quorum,
     zone_goes_dark_the_way_nodes_fail, zones_come_back_and_tolerance_is_restored,
@@ -1494,6 +1494,7 @@ fn main() -> std::process::ExitCode {
         a_lost_zones_nodes_deleted_while_volumes_are_pinned_there,
         runbook_commands_move_the_compactor_out_of_a_lost_zone,
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
+        a_cordoned_zone_is_never_recovered,
         pods_are_zoned_in_the_event_that_binds_them,
         a_namespace_without_zone_aware_stacks_never_reaches_the_webhook,
         a_broken_webhook_never_blocks_scheduling,

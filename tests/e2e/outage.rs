@@ -1008,3 +1008,87 @@ pub(super) async fn runbook_commands_move_the_compactor_out_of_a_lost_zone(
     outage?;
     back
 }
+
+/// (e) A cordon is maintenance, not an outage. The zone that holds the compactor is
+/// cordoned (every node Ready and running its pods, `spec.unschedulable` set, as `kubectl
+/// cordon` and a drain's first step do) under a stack that opted in to recovery, with the
+/// delete rights installed. Well past `recoverAfter`, nothing recovery could touch was
+/// deleted: every pod of the compactor, index gateway, ruler and ingesters keeps its
+/// UID, and every claim its UID.
+pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    outage_stack(env).await?;
+    let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+    let opt_in = json!({"spec": {"replication": {"zoneOutage": {"recoverAfter": "5s"}}}});
+    api.patch(
+        OUTAGE_STACK,
+        &PatchParams::default(),
+        &Patch::Merge(&opt_in),
+    )
+    .await?;
+    let compactor = format!("{OUTAGE_STACK}-compactor-0");
+    let before = stack_pods(env).await?;
+    let (_, zone, _, _) = before
+        .get(&compactor)
+        .cloned()
+        .with_context(|| format!("no {compactor}: {before:?}"))?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+    let claim_uids = |list: Vec<PersistentVolumeClaim>| -> BTreeMap<String, String> {
+        list.into_iter()
+            .map(|c| (c.name_any(), c.uid().unwrap_or_default()))
+            .collect()
+    };
+    let claims_before = claim_uids(claims.list(&ListParams::default()).await?.items);
+    let nodes: Api<Node> = Api::all(env.admin.clone());
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    let in_zone = env.sim.nodes_in_zone(&zone).await?;
+    grant_recovery_rights(env, true).await?;
+    let result = async {
+        for n in &in_zone {
+            nodes
+                .patch(n, &PatchParams::default(), &Patch::Merge(&cordon(true)))
+                .await?;
+        }
+        // recoverAfter is 5 s: three times that, and a few reconciles of the stack.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let after = stack_pods(env).await?;
+        let stateful = ["compactor", "index-gateway", "ruler", "ingester"];
+        for (name, (_, _, component, uid)) in &before {
+            if !stateful.contains(&component.as_str()) {
+                continue;
+            }
+            let kept = after.get(name).is_some_and(|(_, _, _, u)| u == uid);
+            ensure!(kept, "pod {name} was deleted or replaced under a cordon of {zone}");
+        }
+        let claims_after = claim_uids(claims.list(&ListParams::default()).await?.items);
+        for (name, uid) in &claims_before {
+            ensure!(
+                claims_after.get(name) == Some(uid),
+                "claim {name} was deleted under a cordon of {zone}"
+            );
+        }
+        println!(
+            "    {zone} cordoned ({} nodes) with recoverAfter 5s: after 15 s, {} pods and {} claims kept",
+            in_zone.len(),
+            before.len(),
+            claims_before.len()
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    for n in &in_zone {
+        nodes
+            .patch(n, &PatchParams::default(), &Patch::Merge(&cordon(false)))
+            .await?;
+    }
+    let revoked = grant_recovery_rights(env, false).await;
+    let opt_out = json!({"spec": {"replication": {"zoneOutage": null}}});
+    api.patch(
+        OUTAGE_STACK,
+        &PatchParams::default(),
+        &Patch::Merge(&opt_out),
+    )
+    .await?;
+    result?;
+    revoked
+}

@@ -121,6 +121,48 @@ pub fn node_lost(node: &Node) -> bool {
     tainted || !node_ready(node)
 }
 
+/// When a lost node ([`node_lost`]) was lost: its Ready condition's last transition,
+/// else the time the unreachable or out-of-service taint was added. A cordon is never a
+/// loss and has no time here.
+pub fn lost_since(node: &Node) -> Option<Timestamp> {
+    if !node_ready(node) {
+        return node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0);
+    }
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| {
+            [names::TAINT_UNREACHABLE, names::TAINT_OUT_OF_SERVICE].contains(&t.key.as_str())
+        })
+        .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
+        .min()
+}
+
+/// Whether an unavailable zone is lost, not in maintenance: every node it still has is
+/// down (not Ready, unreachable, not ready or out of service), none merely cordoned or
+/// drained; a zone whose nodes are all gone is lost too.
+pub fn zone_lost(zone: &UnavailableZone) -> bool {
+    zone.nodes.iter().all(|(_, why)| match why {
+        Ineligible::NotReady => true,
+        Ineligible::Taint(t) => [
+            names::TAINT_UNREACHABLE,
+            names::TAINT_NOT_READY,
+            names::TAINT_OUT_OF_SERVICE,
+        ]
+        .iter()
+        .any(|k| t.split(':').next() == Some(*k)),
+        _ => false,
+    })
+}
+
 pub fn node_ready(node: &Node) -> bool {
     node.status
         .as_ref()

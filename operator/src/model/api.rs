@@ -405,10 +405,11 @@ pub struct ReplicationSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ZoneOutageSpec {
-    /// Once a zone has been unavailable this long (for example `15m`), the pods of the
-    /// compactor, index gateway and ruler stranded there are moved to an available zone:
-    /// the operator deletes their claims in the lost zone, force-deletes the pods and
-    /// their StatefulSets recreate them elsewhere. Their state lives in object storage;
+    /// Once a zone is unavailable and the node of a pod of the compactor, index gateway
+    /// or ruler there has been lost (not Ready, unreachable or out of service) or gone
+    /// this long (for example `15m`), the pod is moved to an available zone: the
+    /// operator deletes its claims in the lost zone, force-deletes the pod and its
+    /// StatefulSet recreates it elsewhere. A cordoned or draining zone moves nothing. Their state lives in object storage;
     /// only a local cache (for the ruler, results not yet written) is lost. Ingesters are
     /// never moved. Needs the optional zone-outage-recovery RBAC component; without it
     /// the Warning condition lists the commands to run. Unset: nothing is moved.

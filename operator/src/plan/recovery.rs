@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::checks::podzone::node_name;
-use crate::checks::zones::{self, volume_zone, ZoneCheck};
+use crate::checks::zones::{self, lost_since, node_lost, volume_zone, zone_lost, ZoneCheck};
 use crate::model::api::LokiStack;
 use crate::model::defaults::Component;
 use crate::model::duration::parse_duration;
@@ -111,14 +111,27 @@ pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timest
         let claims = claims_of(plan, component, &name);
         let lost = pod_zone(snapshot, z, pod, &claims)
             .and_then(|zone| z.unavailable.iter().find(|u| u.zone == zone));
+        if !owned_by_its_statefulset(pod, component, &snapshot.name) {
+            continue;
+        }
         let (step, zone, due) = match lost {
             Some(lost) => {
-                let since = lost
-                    .since
-                    .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
-                let due = since
-                    .and_then(|s| s.checked_add(grace).ok())
-                    .filter(|d| *d > now);
+                // A cordoned or draining zone is maintenance, not an outage: only a pod
+                // whose own node is lost (or gone) moves, or, not scheduled, one whose
+                // volumes' zone has only lost nodes left. The grace period counts from
+                // when that happened, never from the pod's age; without a known start
+                // the pod waits (the runbook's commands remain).
+                let since = match node_name(pod).map(|n| snapshot.node(n)) {
+                    Some(Some(node)) if node_lost(node) => lost_since(node),
+                    Some(Some(_)) => continue,
+                    Some(None) => lost.since,
+                    None if zone_lost(lost) => lost.since,
+                    None => continue,
+                };
+                let Some(since) = since else {
+                    continue;
+                };
+                let due = since.checked_add(grace).ok().filter(|d| *d > now);
                 (Step::MoveOut, Some(lost.zone.clone()), due)
             }
             None if node_name(pod).is_none() => (Step::Recreate, None, None),
@@ -134,6 +147,17 @@ pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timest
         });
     }
     out
+}
+
+/// Only a pod its component's StatefulSet controls is ever moved: a pod someone else
+/// created with the same labels is not the operator's to delete.
+fn owned_by_its_statefulset(pod: &Pod, component: Component, stack: &str) -> bool {
+    let workload = component.workload_name(stack);
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "StatefulSet" && o.name == workload)
 }
 
 fn movable(pod: &Pod) -> Option<Component> {
@@ -207,14 +231,25 @@ mod tests {
         .expect("node")
     }
 
+    /// A pod of the StatefulSet its name gives (`s-compactor-0`: `s-compactor`).
     fn pod(name: &str, component: &str, node: Option<&str>) -> Pod {
+        let set = name.rsplit_once('-').map_or(name, |(set, _)| set);
         serde_json::from_value(json!({
             "metadata": {"name": name, "uid": format!("uid-{name}"),
                 "creationTimestamp": "2026-01-01T00:05:00Z",
-                "labels": {names::LABEL_COMPONENT: component}},
+                "labels": {names::LABEL_COMPONENT: component},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": set, "uid": "set", "controller": true}]},
             "spec": {"nodeName": node, "containers": []},
         }))
         .expect("pod")
+    }
+
+    /// A node that is Ready but cordoned (`kubectl cordon`, a drain's first step).
+    fn cordoned(name: &str, zone: &str) -> Node {
+        let mut n = node(name, &[(ZONE, zone)]);
+        n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        n
     }
 
     fn pinned(claim: &str, zone: &str) -> PersistentVolume {
@@ -228,13 +263,21 @@ mod tests {
     }
 
     fn setup(pods: Vec<Pod>, volumes: Vec<PersistentVolume>) -> (Snapshot, Plan) {
-        let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
-        let eff = effective(&s.spec);
         let nodes = vec![
             node("a1", &[(ZONE, "a")]),
             node("b1", &[(ZONE, "b")]),
             down("c1", "c"),
         ];
+        setup_with(nodes, pods, volumes)
+    }
+
+    fn setup_with(
+        nodes: Vec<Node>,
+        pods: Vec<Pod>,
+        volumes: Vec<PersistentVolume>,
+    ) -> (Snapshot, Plan) {
+        let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let eff = effective(&s.spec);
         let zone = zones::check(&eff, &nodes, &volumes);
         let snapshot = Snapshot {
             pod_nodes: nodes
@@ -249,6 +292,7 @@ mod tests {
             nodes: nodes.into_iter().map(Arc::new).collect(),
             pods: pods.into_iter().map(Arc::new).collect(),
             volumes: volumes.into_iter().map(Arc::new).collect(),
+            name: "s".into(),
             ..Default::default()
         };
         let plan = Plan {
@@ -318,7 +362,7 @@ mod tests {
                 ("s-ruler-0", Step::Recreate)
             ]
         );
-        // The pod's creation stands in for the zone's "since" only when no node says.
+        // The grace counts from when the zone's nodes were lost (00:00), not from the pod.
         assert_eq!(moves[0].due, None);
     }
 
@@ -335,5 +379,59 @@ mod tests {
         assert!(
             candidates(&snapshot, &plan, Duration::ZERO, at("2026-01-01T01:00:00Z")).is_empty()
         );
+    }
+
+    /// A cordoned zone is maintenance: its pods run and nothing of it is moved, however
+    /// long the cordon lasts; and a pod on a cordoned node moves not even when the rest
+    /// of its zone is down.
+    #[test]
+    fn a_cordon_never_moves_anything() {
+        let pods = || {
+            vec![
+                pod("s-compactor-0", "compactor", Some("c1")),
+                pod("s-index-gateway-0", "index-gateway", None),
+            ]
+        };
+        let volumes = || vec![pinned("storage-s-index-gateway-0", "c")];
+        let nodes = vec![
+            node("a1", &[(ZONE, "a")]),
+            node("b1", &[(ZONE, "b")]),
+            cordoned("c1", "c"),
+        ];
+        let (snapshot, plan) = setup_with(nodes, pods(), volumes());
+        assert_eq!(
+            plan.findings.zone.as_ref().map(|z| z.unavailable.len()),
+            Some(1)
+        );
+        let years_later = at("2036-01-01T00:00:00Z");
+        assert_eq!(
+            candidates(&snapshot, &plan, Duration::ZERO, years_later),
+            []
+        );
+        let nodes = vec![
+            node("a1", &[(ZONE, "a")]),
+            node("b1", &[(ZONE, "b")]),
+            cordoned("c1", "c"),
+            down("c2", "c"),
+        ];
+        let (snapshot, plan) = setup_with(nodes, pods(), volumes());
+        assert_eq!(
+            candidates(&snapshot, &plan, Duration::ZERO, years_later),
+            []
+        );
+    }
+
+    /// Only what the component's StatefulSet controls is moved.
+    #[test]
+    fn a_pod_its_statefulset_does_not_control_is_never_moved() {
+        let mut stray = pod("s-compactor-0", "compactor", Some("c1"));
+        stray.metadata.owner_references = None;
+        let mut other = pod("s-compactor-1", "compactor", Some("c1"));
+        if let Some(o) = other.metadata.owner_references.as_mut() {
+            o[0].name = "someone-else".into();
+        }
+        let (snapshot, plan) = setup(vec![stray, other], vec![]);
+        let late = at("2036-01-01T00:00:00Z");
+        assert_eq!(candidates(&snapshot, &plan, Duration::ZERO, late), []);
     }
 }
