@@ -1102,6 +1102,14 @@ fn optional_pieces_are_components() {
     for r in ["pods", "persistentvolumeclaims"] {
         assert!(grants(&objects, r, "delete"), "recovery cannot delete {r}");
     }
+    // It reads the claims it deletes by name: it needs no list or watch of them.
+    assert!(grants(&objects, "persistentvolumeclaims", "get"));
+    for verb in ["list", "watch"] {
+        assert!(
+            !grants(&objects, "persistentvolumeclaims", verb),
+            "recovery grants {verb} on claims, which it never uses"
+        );
+    }
     let binding = objects
         .iter()
         .find(|o| {

@@ -97,7 +97,7 @@ pub async fn start(
     let router = router.with_state(hook);
     tasks.push(tokio::spawn(certs));
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = tls::serve(listener, slot, router).await {
+        if let Err(e) = tls::serve(listener, slot, router, tls::LIMITS).await {
             warn!(error = %e, "webhook server stopped");
         }
     }));

@@ -6,10 +6,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::sync::Semaphore;
 use tokio_rustls::rustls::crypto::{ring, CryptoProvider};
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
@@ -17,8 +18,28 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
-/// A client that opens a connection and never finishes the handshake is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What one client may hold of the server. The API server opens a few keep-alive
+/// connections and sends small reviews; anything slower or more is not it, and must not
+/// starve it (the eviction webhook fails closed: a starved server blocks drains).
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// A client that opens a connection and never finishes the handshake is dropped.
+    pub handshake: Duration,
+    /// A request whose headers take longer is dropped (a slow client holding a slot).
+    pub header_read: Duration,
+    /// A connection is closed after this long, between two requests (the API server
+    /// opens a new one); it bounds an idle keep-alive connection.
+    pub max_age: Duration,
+    /// Connections served at once; more wait in the listen backlog.
+    pub connections: usize,
+}
+
+pub const LIMITS: Limits = Limits {
+    handshake: Duration::from_secs(10),
+    header_read: Duration::from_secs(10),
+    max_age: Duration::from_secs(300),
+    connections: 256,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -77,15 +98,21 @@ pub fn server_config(slot: Arc<CertSlot>) -> Result<ServerConfig, TlsError> {
     Ok(config)
 }
 
-/// Serves `router` over TLS on `listener` until the task is dropped.
+/// Serves `router` over TLS on `listener` until the task is dropped, within `limits`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     slot: Arc<CertSlot>,
     router: Router,
+    limits: Limits,
 ) -> std::io::Result<()> {
     let config = server_config(slot).map_err(std::io::Error::other)?;
     let acceptor = TlsAcceptor::from(Arc::new(config));
+    let slots = Arc::new(Semaphore::new(limits.connections));
     loop {
+        // Waiting for a free slot leaves new connections in the kernel's backlog.
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return Ok(());
+        };
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
             // Out of file descriptors and the like: the listener itself still works.
@@ -98,15 +125,27 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let (acceptor, router) = (acceptor.clone(), router.clone());
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
                 Err(_) => return debug!(%peer, "TLS handshake timed out"),
             };
             let service = TowerToHyperService::new(router);
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read)
                 .serve_connection(TokioIo::new(tls), service);
-            if let Err(e) = conn.await {
+            tokio::pin!(conn);
+            let ended = tokio::select! {
+                ended = conn.as_mut() => ended,
+                _ = tokio::time::sleep(limits.max_age) => {
+                    // Closes now if idle, else after the request under way.
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = ended {
                 debug!(%peer, error = %e, "webhook connection ended with an error");
             }
         });
@@ -235,5 +274,77 @@ mod tests {
         let b = issue(&["a"]);
         assert!(certified_key(a.tls_crt.as_bytes(), b.tls_key.as_bytes()).is_err());
         assert!(certified_key(b"junk", a.tls_key.as_bytes()).is_err());
+    }
+
+    /// A TLS client of `addr`, trusting `ca_bundle`.
+    async fn connect(
+        addr: std::net::SocketAddr,
+        ca_bundle: &str,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
+            roots.add(c.expect("pem")).expect("root");
+        }
+        let client = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = ServerName::try_from("127.0.0.1").expect("name");
+        TlsConnector::from(Arc::new(client))
+            .connect(name, tcp)
+            .await
+    }
+
+    /// A client that sends no request is dropped after the header timeout, and while
+    /// the only slot is held a second client is not served: a slow client cannot hold
+    /// the server longer than that, nor take more than the slots.
+    #[tokio::test]
+    async fn slow_clients_are_dropped_and_connections_are_capped() {
+        let certs = issue(&["127.0.0.1"]);
+        let slot = Arc::new(CertSlot::default());
+        slot.set(certified_key(certs.tls_crt.as_bytes(), certs.tls_key.as_bytes()).expect("key"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let limits = Limits {
+            handshake: Duration::from_secs(5),
+            header_read: Duration::from_millis(300),
+            max_age: Duration::from_secs(60),
+            connections: 1,
+        };
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let server = tokio::spawn(serve(listener, slot, router, limits));
+        let bundle = certs.ca_bundle();
+        let started = std::time::Instant::now();
+        let mut silent = connect(addr, &bundle).await.expect("first client");
+        // The only slot is taken: a second client's handshake is not answered meanwhile.
+        let second = tokio::time::timeout(Duration::from_millis(150), connect(addr, &bundle)).await;
+        assert!(
+            second.is_err(),
+            "a second connection was served beside the first"
+        );
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(3), silent.read(&mut buf)).await;
+        let closed_after = started.elapsed();
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "the silent client was not dropped: {read:?}"
+        );
+        assert!(
+            closed_after >= Duration::from_millis(250) && closed_after < Duration::from_secs(2),
+            "dropped after {closed_after:?}"
+        );
+        // The slot is free again: a client that asks is answered.
+        let mut c = connect(addr, &bundle).await.expect("third client");
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .expect("write");
+        let mut reply = Vec::new();
+        let _ = c.read_to_end(&mut reply).await;
+        assert!(String::from_utf8_lossy(&reply).ends_with("ok"), "{reply:?}");
+        server.abort();
     }
 }
