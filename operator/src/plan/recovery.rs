@@ -119,8 +119,9 @@ pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timest
                 // A cordoned or draining zone is maintenance, not an outage: only a pod
                 // whose own node is lost (or gone) moves, or, not scheduled, one whose
                 // volumes' zone has only lost nodes left. The grace period counts from
-                // when that happened, never from the pod's age; without a known start
-                // the pod waits (the runbook's commands remain).
+                // when that happened, never from the pod's age. Without a known start
+                // (every node of the zone deleted) the clock starts at every pass: the
+                // recovery never acts by itself, and the runbook's commands are listed.
                 let since = match node_name(pod).map(|n| snapshot.node(n)) {
                     Some(Some(node)) if node_lost(node) => lost_since(node),
                     Some(Some(_)) => continue,
@@ -128,9 +129,7 @@ pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timest
                     None if zone_lost(lost) => lost.since,
                     None => continue,
                 };
-                let Some(since) = since else {
-                    continue;
-                };
+                let since = since.unwrap_or(now);
                 let due = since.checked_add(grace).ok().filter(|d| *d > now);
                 (Step::MoveOut, Some(lost.zone.clone()), due)
             }
@@ -433,5 +432,28 @@ mod tests {
         let (snapshot, plan) = setup(vec![stray, other], vec![]);
         let late = at("2036-01-01T00:00:00Z");
         assert_eq!(candidates(&snapshot, &plan, Duration::ZERO, late), []);
+    }
+
+    /// Every node of the lost zone deleted: when it was lost is unknown, so the move is
+    /// listed for an admin but never comes due by itself.
+    #[test]
+    fn without_a_known_start_a_move_is_listed_but_never_due() {
+        let nodes = vec![node("a1", &[(ZONE, "a")]), node("b1", &[(ZONE, "b")])];
+        let (snapshot, plan) = setup_with(
+            nodes,
+            vec![pod("s-compactor-0", "compactor", None)],
+            vec![pinned("storage-s-compactor-0", "c")],
+        );
+        let now = at("2036-01-01T00:00:00Z");
+        let manual = candidates(&snapshot, &plan, Duration::ZERO, now);
+        assert_eq!(manual.len(), 1);
+        assert_eq!((manual[0].step, manual[0].due), (Step::MoveOut, None));
+        let grace = Duration::from_secs(600);
+        let auto = candidates(&snapshot, &plan, grace, now);
+        assert_eq!(
+            auto[0].due,
+            Some(at("2036-01-01T00:10:00Z")),
+            "never due by itself"
+        );
     }
 }
