@@ -38,7 +38,9 @@ use crate::webhook::registration::{self, Coverage, Keeper, WebhookCoverage};
 use crate::webhook::review::LeaderView;
 use crate::webhook::{WebhookConfig, WebhookMode};
 
-/// How long a term that ends on shutdown lets the reconciles under way finish.
+/// How long a term that ends on shutdown lets the reconciles under way finish. The Lease
+/// is not renewed meanwhile: with the last renewal at most 2 s before, this stays below
+/// the 15 s a standby waits before it takes the Lease.
 const GRACE_ON_SHUTDOWN: Duration = Duration::from_secs(10);
 
 /// What every term starts from: what the process built once.
