@@ -92,9 +92,18 @@ fn blank_literals(src: &str) -> String {
     let mut i = 0;
     while i < c.len() {
         if c[i] == '/' && peek(&c, i + 1) == Some('/') {
+            let start = i;
             while i < c.len() && c[i] != '\n' {
                 out.push(' ');
                 i += 1;
+            }
+            // A doc comment's intra-doc links are references too: rustdoc resolves
+            // them, and a reader follows them. They are kept as paths.
+            let comment: String = c[start..i].iter().collect();
+            if comment.starts_with("///") || comment.starts_with("//!") {
+                for path in doc_link_paths(&comment) {
+                    out.push_str(&format!(" {path} ;"));
+                }
             }
         } else if c[i] == '/' && peek(&c, i + 1) == Some('*') {
             let mut depth = 0;
@@ -185,6 +194,31 @@ fn blank_literals(src: &str) -> String {
         } else {
             out.push(c[i]);
             i += 1;
+        }
+    }
+    out
+}
+
+/// The `crate::`, `super::` and `self::` paths a doc comment links to: [`path`] and
+/// [text](path).
+fn doc_link_paths(comment: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (open, close) in [("[`", "`]"), ("](", ")")] {
+        let mut rest = comment;
+        while let Some(at) = rest.find(open) {
+            rest = &rest[at + open.len()..];
+            let Some(end) = rest.find(close) else {
+                break;
+            };
+            let target = rest[..end].trim_end_matches("()");
+            if ["crate::", "super::", "self::"]
+                .iter()
+                .any(|p| target.starts_with(p))
+                && target.chars().all(|c| is_ident(c) || c == ':')
+            {
+                out.push(target.to_string());
+            }
+            rest = &rest[end..];
         }
     }
     out
@@ -617,7 +651,10 @@ fn the_checker_catches_upward_imports_cycles_and_strays() {
         std::fs::write(p, text).expect("write");
     };
     write("lib.rs", "pub mod model;\npub mod plan;\npub mod stray;\n");
-    write("model/mod.rs", "pub mod api;\npub mod names;\n");
+    write(
+        "model/mod.rs",
+        "//! See [`crate::plan::g`] and [the plan](crate::plan).\npub mod api;\npub mod names;\n",
+    );
     // An upward import, inline and without `use`.
     write("model/api.rs", "pub fn f() { crate::plan::g(); }\n");
     // A cycle inside one room, through a group import and `super`.

@@ -68,7 +68,7 @@ fn union(a: &mut Value, b: &Value) {
     }
 }
 
-/// Why a take-over failed; [`crate::act::apply`] names the object.
+/// Why a take-over failed; the apply step (`apply.rs`) names the object.
 #[derive(Debug)]
 pub enum TakeOverError {
     /// The object could not be read.

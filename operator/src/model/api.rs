@@ -2,7 +2,7 @@
 //! the fields this operator supports.
 //!
 //! Doc comments become the CRD's field descriptions. Static rules live here as OpenAPI
-//! constraints and CEL rules; [`crate::checks::validate`] checks the same rules
+//! constraints and CEL rules; `checks/validate.rs` checks the same rules
 //! again in the reconciler, because API servers older than 1.25 ignore CEL.
 
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub const RULE_NAME_LENGTH_MSG: &str =
 /// unchanged but does not act on. Declaring it (rather than leaving it out of the schema)
 /// is what makes replacing the Go operator's CRD with this one lose nothing: the API
 /// server prunes undeclared fields. A stack that sets one gets a Warning condition naming
-/// it ([`crate::model::go_compat`]).
+/// it (`model/go_compat.rs`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(transparent)]
 pub struct KeptObject(pub serde_json::Value);

@@ -287,7 +287,7 @@ pub fn zone_aware(spec: &LokiStackSpec) -> bool {
         .is_some_and(|r| !r.zones.is_empty())
 }
 
-/// Resolves every default. Pure; the static rules of [`crate::checks::validate`] are checked before.
+/// Resolves every default. Pure; the static rules (`checks/validate.rs`) are checked before.
 pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
     let ruler_enabled = spec.rules.as_ref().is_some_and(|r| r.enabled);
     let components = Component::ALL
