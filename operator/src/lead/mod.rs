@@ -152,16 +152,58 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
         ready.clone(),
     ));
     wait_for_crd(&client, &shutdown).await?;
+    let (parts, process_tasks) =
+        start_process(&client, &cfg, capabilities, metrics, &ready).await?;
+    let lease_client = cfg.lease_client.clone().unwrap_or_else(|| client.clone());
+    let elector = cfg.leader.clone().map(|l| Elector::new(lease_client, l));
+    let result = loop {
+        if let Some(e) = &elector {
+            tokio::select! {
+                _ = e.acquire() => {}
+                _ = stopped(shutdown.clone()) => break Ok(()),
+            }
+        }
+        ready.leading.store(true, Ordering::Relaxed);
+        let ended = lead(&parts, elector.as_ref(), &shutdown, &mut server).await;
+        ready.leading.store(false, Ordering::Relaxed);
+        match ended {
+            TermEnd::Lost(why) => warn!(error = %why, "stopped leading; campaigning again"),
+            TermEnd::Stopped => break Ok(()),
+            TermEnd::Server(e) => break Err(RunError::Server(e)),
+        }
+    };
+    for t in process_tasks {
+        t.abort();
+    }
+    if let Some(e) = &elector {
+        e.release().await;
+    }
+    info!("stopped");
+    result
+}
+
+/// What every replica runs for the life of the process, leader or not: the caches and
+/// the webhook server. Returns what a term starts from, and the tasks to stop at exit.
+async fn start_process(
+    client: &Client,
+    cfg: &RunConfig,
+    capabilities: ServerCapabilities,
+    metrics: Arc<Metrics>,
+    ready: &server::Readiness,
+) -> Result<(Parts, Vec<JoinHandle<()>>), RunError> {
     info!(namespaces = %cfg.scope, "watching LokiStacks");
     let taps = Taps::default();
     let sources = Sources {
-        client: &client,
+        client,
         capabilities: &capabilities,
         scope: &cfg.scope,
     };
-    let (caches, cache_tasks) = reflectors::start(sources, &taps);
-    let synced = tokio::spawn(ready_when_synced(caches.clone(), ready.caches.clone()));
-    let hook = serve_webhook(&client, &cfg, &caches, metrics.clone(), &ready).await?;
+    let (caches, mut tasks) = reflectors::start(sources, &taps);
+    tasks.push(tokio::spawn(ready_when_synced(
+        caches.clone(),
+        ready.caches.clone(),
+    )));
+    let hook = serve_webhook(client, cfg, &caches, metrics.clone(), ready).await?;
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -183,32 +225,8 @@ pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
         recorder,
         metrics,
     };
-    let lease_client = cfg.lease_client.clone().unwrap_or_else(|| client.clone());
-    let elector = cfg.leader.clone().map(|l| Elector::new(lease_client, l));
-    let result = loop {
-        if let Some(e) = &elector {
-            tokio::select! {
-                _ = e.acquire() => {}
-                _ = stopped(shutdown.clone()) => break Ok(()),
-            }
-        }
-        ready.leading.store(true, Ordering::Relaxed);
-        let ended = lead(&parts, elector.as_ref(), &shutdown, &mut server).await;
-        ready.leading.store(false, Ordering::Relaxed);
-        match ended {
-            TermEnd::Lost(why) => warn!(error = %why, "stopped leading; campaigning again"),
-            TermEnd::Stopped => break Ok(()),
-            TermEnd::Server(e) => break Err(RunError::Server(e)),
-        }
-    };
-    for t in hook.tasks.into_iter().chain(cache_tasks).chain([synced]) {
-        t.abort();
-    }
-    if let Some(e) = &elector {
-        e.release().await;
-    }
-    info!("stopped");
-    result
+    tasks.extend(hook.tasks);
+    Ok((parts, tasks))
 }
 
 /// The webhook is served by every replica, leader or not: the Service sends reviews to
