@@ -87,3 +87,22 @@ pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
         }),
     }
 }
+
+/// A field manager entry of an object's `managedFields`, as the API server writes it.
+pub fn field_manager_entry(
+    manager: &str,
+    operation: &str,
+    subresource: Option<&str>,
+    fields: serde_json::Value,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        operation: Some(operation.into()),
+        api_version: Some("apps/v1".into()),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(FieldsV1(fields)),
+        subresource: subresource.map(Into::into),
+        time: None,
+    }
+}

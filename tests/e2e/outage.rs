@@ -847,6 +847,16 @@ async fn ready_outside(env: &Env, pod: &str, lost_zone: &str) -> Result<String> 
 
 /// The optional RBAC component of `manifests/components/zone-outage-recovery`, bound to
 /// the operator's ServiceAccount as its kustomization binds it.
+/// Sets (or, `None`, removes) the outage stack's `zoneOutage.recoverAfter`.
+async fn recover_after(env: &Env, after: Option<&str>) -> Result<()> {
+    let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+    let zone_outage = after.map(|a| json!({"recoverAfter": a}));
+    let patch = json!({"spec": {"replication": {"zoneOutage": zone_outage}}});
+    api.patch(OUTAGE_STACK, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
 async fn grant_recovery_rights(env: &Env, grant: bool) -> Result<()> {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     let dir =
@@ -882,14 +892,7 @@ pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
     env: &mut Env,
 ) -> Result<()> {
     outage_stack(env).await?;
-    let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
-    let opt_in = json!({"spec": {"replication": {"zoneOutage": {"recoverAfter": "5s"}}}});
-    api.patch(
-        OUTAGE_STACK,
-        &PatchParams::default(),
-        &Patch::Merge(&opt_in),
-    )
-    .await?;
+    recover_after(env, Some("5s")).await?;
     let ready_before = ready_stacks(env).await?;
     let compactor = format!("{OUTAGE_STACK}-compactor-0");
     let before = stack_pods(env).await?;
@@ -926,13 +929,7 @@ pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
     }
     .await;
     let revoked = grant_recovery_rights(env, false).await;
-    let opt_out = json!({"spec": {"replication": {"zoneOutage": null}}});
-    api.patch(
-        OUTAGE_STACK,
-        &PatchParams::default(),
-        &Patch::Merge(&opt_out),
-    )
-    .await?;
+    recover_after(env, None).await?;
     let back = restore(env, &[lost_zone.as_str()], &ready_before).await;
     outage?;
     revoked?;
@@ -1018,14 +1015,7 @@ pub(super) async fn runbook_commands_move_the_compactor_out_of_a_lost_zone(
 pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<()> {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     outage_stack(env).await?;
-    let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
-    let opt_in = json!({"spec": {"replication": {"zoneOutage": {"recoverAfter": "5s"}}}});
-    api.patch(
-        OUTAGE_STACK,
-        &PatchParams::default(),
-        &Patch::Merge(&opt_in),
-    )
-    .await?;
+    recover_after(env, Some("5s")).await?;
     let compactor = format!("{OUTAGE_STACK}-compactor-0");
     let before = stack_pods(env).await?;
     let (_, zone, _, _) = before
@@ -1082,13 +1072,7 @@ pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<
             .await?;
     }
     let revoked = grant_recovery_rights(env, false).await;
-    let opt_out = json!({"spec": {"replication": {"zoneOutage": null}}});
-    api.patch(
-        OUTAGE_STACK,
-        &PatchParams::default(),
-        &Patch::Merge(&opt_out),
-    )
-    .await?;
+    recover_after(env, None).await?;
     result?;
     revoked
 }

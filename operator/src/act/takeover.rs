@@ -109,23 +109,7 @@ pub async fn take_over(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn entry(
-        manager: &str,
-        operation: &str,
-        subresource: Option<&str>,
-        fields: Value,
-    ) -> ManagedFieldsEntry {
-        ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            operation: Some(operation.into()),
-            api_version: Some("apps/v1".into()),
-            fields_type: Some("FieldsV1".into()),
-            fields_v1: Some(FieldsV1(fields)),
-            subresource: subresource.map(Into::into),
-            time: None,
-        }
-    }
+    use crate::testing::field_manager_entry as entry;
 
     #[test]
     fn go_entries_fold_into_one_apply_entry_of_ours() {

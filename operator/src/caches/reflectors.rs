@@ -35,7 +35,7 @@ use crate::caches::strip::{
     keep_markers, node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class,
     strip_volume,
 };
-use crate::caches::taps::{PodChange, Taps};
+use crate::caches::taps::{PodChange, Tap, Taps};
 use crate::model::names;
 use crate::render::kinds::ChildKind;
 use crate::render::ServerCapabilities;
@@ -139,17 +139,19 @@ where
     }
 }
 
-/// The stacks that pass `filter`, as trigger refs.
-fn stack_refs(
+/// Triggers the stacks that pass `filter`; nothing is looked at while no term listens
+/// (a term starts by triggering every stack anyway).
+fn trigger_stacks(
+    tap: &Tap<StackRef>,
     stacks: &Store<DynamicObject>,
     filter: impl Fn(&DynamicObject) -> bool,
-) -> Vec<StackRef> {
-    stacks
-        .state()
-        .iter()
-        .filter(|s| filter(s))
-        .map(|s| ObjectRef::from_obj_with(s.as_ref(), resource()))
-        .collect()
+) {
+    if !tap.is_attached() {
+        return;
+    }
+    for s in stacks.state().iter().filter(|s| filter(s)) {
+        tap.send(ObjectRef::from_obj_with(s.as_ref(), resource()));
+    }
 }
 
 pub(crate) fn spawn_typed<K>(
@@ -310,9 +312,7 @@ fn watch_nodes(
                 return;
             }
             node_tx.send(n.name_any());
-            for r in stack_refs(&stacks, is_stack_zone_aware) {
-                stack_tx.send(r);
-            }
+            trigger_stacks(&stack_tx, &stacks, is_stack_zone_aware);
         },
     )
 }
@@ -331,9 +331,7 @@ fn watch_storage_classes(
         strip_storage_class,
         move |ev| {
             if let watcher::Event::Apply(_) | watcher::Event::Delete(_) = ev {
-                for r in stack_refs(&stacks, |_| true) {
-                    stack_tx.send(r);
-                }
+                trigger_stacks(&stack_tx, &stacks, |_| true);
             }
         },
     )
@@ -364,9 +362,7 @@ fn watch_volumes(
                 return;
             };
             let of_ns = |s: &DynamicObject| s.metadata.namespace.as_deref() == Some(ns.as_str());
-            for r in stack_refs(&stacks, of_ns) {
-                stack_tx.send(r);
-            }
+            trigger_stacks(&stack_tx, &stacks, of_ns);
         },
     )
 }

@@ -202,6 +202,7 @@ pub fn writers(meta: &ObjectMeta) -> (bool, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::field_manager_entry as entry;
     use crate::testing::{node, ZONE};
     use k8s_openapi::api::core::v1::{NodeCondition, Taint};
 
@@ -339,25 +340,6 @@ mod tests {
         assert!(n.status.as_ref().expect("status").capacity.is_none());
         assert!(crate::checks::zones::node_ready(&n));
         assert_eq!(n.metadata.labels.as_ref().expect("labels")[ZONE], "a");
-    }
-
-    fn entry(
-        manager: &str,
-        operation: &str,
-        subresource: Option<&str>,
-        fields: serde_json::Value,
-    ) -> ManagedFieldsEntry {
-        ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            operation: Some(operation.into()),
-            api_version: Some("apps/v1".into()),
-            fields_type: Some("FieldsV1".into()),
-            fields_v1: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1(
-                fields,
-            )),
-            subresource: subresource.map(Into::into),
-            time: None,
-        }
     }
 
     #[test]

@@ -108,42 +108,46 @@ impl fmt::Display for Ineligible {
     }
 }
 
-/// A node that is not Ready or is tainted unreachable or out of service: its pods may
-/// be gone, and no one can tell.
-pub fn node_lost(node: &Node) -> bool {
-    let tainted = node
-        .spec
+/// Taints that say a node is lost (as opposed to not taking new pods).
+const LOST_TAINTS: [&str; 2] = [names::TAINT_UNREACHABLE, names::TAINT_OUT_OF_SERVICE];
+
+fn taints(node: &Node) -> impl Iterator<Item = &Taint> {
+    node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .into_iter()
         .flatten()
-        .any(|t| [names::TAINT_UNREACHABLE, names::TAINT_OUT_OF_SERVICE].contains(&t.key.as_str()));
-    tainted || !node_ready(node)
+}
+
+/// When a node that is not Ready stopped being Ready.
+fn not_ready_since(node: &Node) -> Option<Timestamp> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status != "True"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+}
+
+/// When the earliest of these taints was added to the node.
+fn tainted_since(node: &Node, keys: &[&str]) -> Option<Timestamp> {
+    taints(node)
+        .filter(|t| keys.contains(&t.key.as_str()))
+        .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
+        .min()
+}
+
+/// A node that is not Ready or is tainted unreachable or out of service: its pods may
+/// be gone, and no one can tell.
+pub fn node_lost(node: &Node) -> bool {
+    !node_ready(node) || taints(node).any(|t| LOST_TAINTS.contains(&t.key.as_str()))
 }
 
 /// When a lost node ([`node_lost`]) was lost: its Ready condition's last transition,
 /// else the time the unreachable or out-of-service taint was added. A cordon is never a
 /// loss and has no time here.
 pub fn lost_since(node: &Node) -> Option<Timestamp> {
-    if !node_ready(node) {
-        return node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-            .and_then(|c| c.last_transition_time.as_ref())
-            .map(|t| t.0);
-    }
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|t| {
-            [names::TAINT_UNREACHABLE, names::TAINT_OUT_OF_SERVICE].contains(&t.key.as_str())
-        })
-        .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
-        .min()
+    not_ready_since(node).or_else(|| tainted_since(node, &LOST_TAINTS))
 }
 
 /// Whether an unavailable zone is lost, not in maintenance: every node it still has is
@@ -496,23 +500,7 @@ fn could_hold(
 /// When the node went down: its Ready condition's last transition, else the time an
 /// outage taint was added.
 fn down_since(node: &Node) -> Option<Timestamp> {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status != "True"))
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0);
-    let tainted = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|t| OUTAGE_TAINTS.contains(&t.key.as_str()))
-        .filter_map(|t| t.time_added.as_ref().map(|t| t.0))
-        .min();
-    ready.or(tainted)
+    not_ready_since(node).or_else(|| tainted_since(node, &OUTAGE_TAINTS))
 }
 
 /// "a, b, c and 4 more"
