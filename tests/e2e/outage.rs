@@ -1012,6 +1012,53 @@ pub(super) async fn runbook_commands_move_the_compactor_out_of_a_lost_zone(
 /// delete rights installed. Well past `recoverAfter`, nothing recovery could touch was
 /// deleted: every pod of the compactor, index gateway, ruler and ingesters keeps its
 /// UID, and every claim its UID.
+/// What the status of the outage stack says while `zone` is cordoned with its pods
+/// serving: maintenance (never an outage), the zone still available, the quorum and the
+/// tolerated failures as with every zone up. Returns the Warning's message.
+fn maintenance_status(s: &Value, zone: &str, nodes: &[String]) -> Result<String> {
+    let warning = raw_condition(s, "Warning").context("no Warning condition")?;
+    ensure!(
+        warning["status"] == "True" && warning["reason"] == "ZoneMaintenance",
+        "Warning is not ZoneMaintenance: {warning}"
+    );
+    let message = warning["message"].as_str().unwrap_or_default().to_string();
+    ensure!(
+        message.contains(&format!("zone {zone} is in maintenance")) && !message.contains("unavailable"),
+        "{message}"
+    );
+    for n in nodes {
+        ensure!(message.contains(&format!("{n} (cordoned)")), "{n} not named: {message}");
+    }
+    ensure!(
+        !is_true(s, "Degraded", "WriteQuorumLost"),
+        "degraded: {}",
+        pretty(s)
+    );
+    let r = &s["replication"];
+    ensure!(
+        strings(&r["zonesAvailable"]).iter().any(|z| z == zone),
+        "{zone} not in zonesAvailable: {}",
+        r["zonesAvailable"]
+    );
+    ensure!(r["writeQuorumMet"] == true, "writeQuorumMet: {}", r["writeQuorumMet"]);
+    ensure!(
+        r["zoneFailuresTolerated"] == 1,
+        "zoneFailuresTolerated: {}",
+        r["zoneFailuresTolerated"]
+    );
+    let state = r["zoneStatus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|z| z["zone"] == zone)
+        .with_context(|| format!("no zoneStatus for {zone}"))?;
+    ensure!(
+        state["state"] == "Maintenance" && state["available"] == true,
+        "zoneStatus of {zone}: {state}"
+    );
+    Ok(message)
+}
+
 pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<()> {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     outage_stack(env).await?;
@@ -1034,13 +1081,23 @@ pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<
     let in_zone = env.sim.nodes_in_zone(&zone).await?;
     grant_recovery_rights(env, true).await?;
     let result = async {
+        let ready = ReadyWatch::start(env.admin.clone());
         for n in &in_zone {
             nodes
                 .patch(n, &PatchParams::default(), &Patch::Merge(&cordon(true)))
                 .await?;
         }
+        let message = wait_status(env, "the zone in maintenance", |s| {
+            maintenance_status(s, &zone, &in_zone)
+        })
+        .await?;
         // recoverAfter is 5 s: three times that, and a few reconciles of the stack.
         tokio::time::sleep(Duration::from_secs(15)).await;
+        let status = raw_status(&env.admin, OUTAGE_NS, OUTAGE_STACK).await?;
+        maintenance_status(&status, &zone, &in_zone)
+            .context("15 s into the cordon, the status no longer says maintenance")?;
+        ready.finish()?;
+        println!("    status: {message}");
         let after = stack_pods(env).await?;
         let stateful = ["compactor", "index-gateway", "ruler", "ingester"];
         for (name, (_, _, component, uid)) in &before {

@@ -102,7 +102,8 @@ pub async fn write_status(
     .await?;
     let old = stack.status.clone().unwrap_or_default();
     for c in changed_conditions(&old, new) {
-        let problem = ConditionType::parse(&c.type_).is_some_and(ConditionType::is_problem);
+        let problem = ConditionType::parse(&c.type_).is_some_and(ConditionType::is_problem)
+            && Reason::parse(&c.reason).is_none_or(|r| !r.is_informational());
         let type_ = if problem && c.status == "True" {
             EventType::Warning
         } else {

@@ -150,21 +150,12 @@ pub fn lost_since(node: &Node) -> Option<Timestamp> {
     not_ready_since(node).or_else(|| tainted_since(node, &LOST_TAINTS))
 }
 
-/// Whether an unavailable zone is lost, not in maintenance: every node it still has is
-/// down (not Ready, unreachable, not ready or out of service), none merely cordoned or
-/// drained; a zone whose nodes are all gone is lost too.
-pub fn zone_lost(zone: &UnavailableZone) -> bool {
-    zone.nodes.iter().all(|(_, why)| match why {
-        Ineligible::NotReady => true,
-        Ineligible::Taint(t) => [
-            names::TAINT_UNREACHABLE,
-            names::TAINT_NOT_READY,
-            names::TAINT_OUT_OF_SERVICE,
-        ]
-        .iter()
-        .any(|k| t.split(':').next() == Some(*k)),
-        _ => false,
-    })
+/// A node known to run nothing: tainted `node.kubernetes.io/out-of-service`, which an
+/// admin or a cloud controller puts on a node that is shut down (Kubernetes then
+/// force-deletes its pods itself). A node that is only unreachable may still run its
+/// pods behind a partition.
+pub fn fenced(node: &Node) -> bool {
+    taints(node).any(|t| t.key == names::TAINT_OUT_OF_SERVICE)
 }
 
 pub fn node_ready(node: &Node) -> bool {
@@ -282,18 +273,47 @@ pub const OUTAGE_TAINTS: [&str; 4] = [
     names::TAINT_UNSCHEDULABLE,
 ];
 
-/// A known zone whose every node is down (not Ready, unreachable, out of service or
-/// cordoned).
+/// A known zone none of whose nodes can take pods now: unavailable when every node it
+/// still has is lost ([`node_lost`]) or it has none left, in maintenance when some node
+/// is Ready and reachable but cordoned or draining.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnavailableZone {
+pub struct DownZone {
     pub zone: String,
     /// Its nodes, with why each is down; empty when every node of the zone is gone and
     /// only the stack's volumes keep it known.
     pub nodes: Vec<(String, Ineligible)>,
     /// The stack's claims whose volumes are pinned to the zone, sorted.
     pub claims: Vec<String>,
-    /// When the last of its nodes went down, where the node says.
+    /// When the last of its nodes went down, where the node says (a cordon says
+    /// nothing).
     pub since: Option<Timestamp>,
+    /// Every node it still has is [`fenced`], or it has none left: nothing of the stack
+    /// runs there any more.
+    pub fenced: bool,
+}
+
+/// A zone's health, as status reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ZoneState {
+    /// Some node can take pods now.
+    Available,
+    /// Cordoned or draining: no node takes new pods, but the nodes are up and the pods
+    /// there may still serve. Never an outage; for quorum it counts as available while
+    /// its ingesters are Ready, and rollouts and evictions treat it as the one zone
+    /// being disrupted.
+    Maintenance,
+    /// Every node it has is lost (not Ready, unreachable, out of service) or gone.
+    Unavailable,
+}
+
+impl ZoneState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ZoneState::Available => "Available",
+            ZoneState::Maintenance => "Maintenance",
+            ZoneState::Unavailable => "Unavailable",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -307,7 +327,10 @@ pub struct ZoneCheck {
     pub zones: BTreeSet<String>,
     /// Known zones with at least one node that can run pods now.
     pub available: BTreeSet<String>,
-    pub unavailable: Vec<UnavailableZone>,
+    /// Known zones that are lost: an outage.
+    pub unavailable: Vec<DownZone>,
+    /// Known zones that are cordoned or draining, their nodes up.
+    pub maintenance: Vec<DownZone>,
     pub write_quorum: i32,
     pub zone_failures_tolerated: i32,
     /// Every node that does not count, with why, sorted by name.
@@ -316,12 +339,34 @@ pub struct ZoneCheck {
 }
 
 impl ZoneCheck {
-    /// Whether every stream still has a write quorum of copies in the available zones.
-    /// Loki places at most one copy per zone, so in the worst case a stream lost one copy
-    /// per unavailable zone.
+    /// Whether every stream still has a write quorum of copies with the unavailable
+    /// zones lost (zones in maintenance still serve).
     pub fn write_quorum_met(&self) -> bool {
-        let lost = i32::try_from(self.unavailable.len()).unwrap_or(i32::MAX);
+        self.write_quorum_met_without(self.unavailable.len())
+    }
+
+    /// Whether every stream still has a write quorum of copies with `down` zones not
+    /// serving. Loki places at most one copy per zone, so in the worst case a stream
+    /// lost one copy per such zone.
+    pub fn write_quorum_met_without(&self, down: usize) -> bool {
+        let lost = i32::try_from(down).unwrap_or(i32::MAX);
         self.factor - self.factor.min(lost) >= self.write_quorum
+    }
+
+    /// The zones no node of which takes pods now: unavailable, then in maintenance.
+    /// Rollouts and spreading treat each the same: the one zone being disrupted.
+    pub fn disrupted(&self) -> impl Iterator<Item = &DownZone> {
+        self.unavailable.iter().chain(&self.maintenance)
+    }
+
+    pub fn state(&self, zone: &str) -> ZoneState {
+        if self.unavailable.iter().any(|u| u.zone == zone) {
+            ZoneState::Unavailable
+        } else if self.maintenance.iter().any(|u| u.zone == zone) {
+            ZoneState::Maintenance
+        } else {
+            ZoneState::Available
+        }
     }
 }
 
@@ -373,13 +418,15 @@ pub fn check<'a>(
     } else {
         ZoneVerdict::Ok
     };
-    let unavailable = unavailable_zones(&seen.zones, &seen.available, seen.down, seen.claims);
+    let (unavailable, maintenance) =
+        down_zones(&seen.zones, &seen.available, seen.down, seen.claims);
     ZoneCheck {
         keys,
         factor,
         zones: seen.zones,
         available: seen.available,
         unavailable,
+        maintenance,
         write_quorum: write_quorum(factor),
         zone_failures_tolerated: tolerated,
         ineligible: seen.ineligible,
@@ -387,7 +434,18 @@ pub fn check<'a>(
     }
 }
 
-type DownNodes = BTreeMap<String, Vec<(String, Ineligible, Option<Timestamp>)>>;
+/// A node that cannot take pods now.
+struct DownNode {
+    name: String,
+    why: Ineligible,
+    since: Option<Timestamp>,
+    /// [`node_lost`]: not a cordon or a drain.
+    lost: bool,
+    /// [`fenced`].
+    fenced: bool,
+}
+
+type DownNodes = BTreeMap<String, Vec<DownNode>>;
 
 /// What the nodes say, node by node.
 #[derive(Default)]
@@ -441,11 +499,13 @@ impl Seen {
             }
             (Ok(zone), Err(why)) => {
                 self.zones.insert(zone.clone());
-                let since = down_since(node);
-                self.down
-                    .entry(zone)
-                    .or_default()
-                    .push((name.clone(), why.clone(), since));
+                self.down.entry(zone).or_default().push(DownNode {
+                    name: name.clone(),
+                    why: why.clone(),
+                    since: down_since(node),
+                    lost: node_lost(node),
+                    fenced: fenced(node),
+                });
                 self.ineligible.push((name, why));
             }
             (Err(e), now) => {
@@ -459,30 +519,38 @@ impl Seen {
     }
 }
 
-fn unavailable_zones(
+/// The known zones without an available node, split into (unavailable, maintenance): a
+/// zone with a node that is up (cordoned or draining) is maintenance, never an outage.
+fn down_zones(
     known: &BTreeSet<String>,
     available: &BTreeSet<String>,
     mut down: DownNodes,
     mut claims: BTreeMap<String, BTreeSet<String>>,
-) -> Vec<UnavailableZone> {
-    known
-        .difference(available)
-        .map(|zone| {
-            let mut nodes = down.remove(zone).unwrap_or_default();
-            nodes.sort_by(|a, b| a.0.cmp(&b.0));
-            let since = nodes.iter().filter_map(|n| n.2).max();
-            UnavailableZone {
-                zone: zone.clone(),
-                nodes: nodes.into_iter().map(|(n, why, _)| (n, why)).collect(),
-                claims: claims
-                    .remove(zone)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .collect(),
-                since,
-            }
-        })
-        .collect()
+) -> (Vec<DownZone>, Vec<DownZone>) {
+    let (mut unavailable, mut maintenance) = (Vec::new(), Vec::new());
+    for zone in known.difference(available) {
+        let mut nodes = down.remove(zone).unwrap_or_default();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let up = nodes.iter().any(|n| !n.lost);
+        let since = nodes.iter().filter_map(|n| n.since).max();
+        let z = DownZone {
+            zone: zone.clone(),
+            fenced: nodes.iter().all(|n| n.fenced),
+            nodes: nodes.into_iter().map(|n| (n.name, n.why)).collect(),
+            claims: claims
+                .remove(zone)
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+            since,
+        };
+        if up {
+            maintenance.push(z);
+        } else {
+            unavailable.push(z);
+        }
+    }
+    (unavailable, maintenance)
 }
 
 /// Whether an ingester could run on the node if the node were healthy: the node selector
@@ -717,16 +785,60 @@ mod tests {
             down,
             [
                 ("a", "not Ready".to_string()),
-                ("b", "cordoned".to_string()),
                 (
                     "c",
                     "taint node.kubernetes.io/unreachable:NoExecute not tolerated".to_string()
                 ),
             ]
         );
+        // A cordoned zone whose node is up is maintenance, not an outage.
+        let maintenance: Vec<&str> = c.maintenance.iter().map(|u| u.zone.as_str()).collect();
+        assert_eq!(maintenance, ["b"]);
+        assert_eq!(c.maintenance[0].nodes[0].1, Ineligible::Cordoned);
+        let states: Vec<ZoneState> = ["a", "b", "c", "d"].iter().map(|z| c.state(z)).collect();
+        assert_eq!(
+            states,
+            [
+                ZoneState::Unavailable,
+                ZoneState::Maintenance,
+                ZoneState::Unavailable,
+                ZoneState::Available
+            ]
+        );
+        let disrupted: Vec<&str> = c.disrupted().map(|u| u.zone.as_str()).collect();
+        assert_eq!(disrupted, ["a", "c", "b"]);
         assert_eq!(c.ineligible.len(), 3);
         assert_eq!(c.verdict, ZoneVerdict::NoZoneFailureTolerance);
-        assert!(!c.write_quorum_met(), "RF 2 with three of four zones down");
+        assert!(!c.write_quorum_met(), "RF 2 with two of four zones lost");
+        assert!(!c.write_quorum_met_without(1), "RF 2, quorum 2");
+    }
+
+    #[test]
+    fn a_cordoned_zone_is_in_maintenance_until_its_last_up_node_is_lost() {
+        let mut nodes = nodes_in(&["a", "b", "c"]);
+        let mut b2 = nodes[1].clone();
+        b2.metadata.name = Some("b2".into());
+        nodes.push(b2);
+        for n in &mut nodes[1..] {
+            n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+        }
+        // c is cordoned too: both other zones are down, one of them only cordoned.
+        let c = check(&stack(3, &[ZONE]), &nodes, &[]);
+        let zones = |v: &[DownZone]| v.iter().map(|u| u.zone.clone()).collect::<Vec<_>>();
+        assert_eq!(zones(&c.maintenance), ["b", "c"]);
+        assert!(c.unavailable.is_empty());
+        assert!(c.write_quorum_met(), "maintenance is no outage");
+        // One node of b stops: b still has a node up, so it stays in maintenance.
+        nodes[1].status = None;
+        let c = check(&stack(3, &[ZONE]), &nodes, &[]);
+        assert_eq!(zones(&c.maintenance), ["b", "c"]);
+        // The other one too: b is lost, whatever the cordon.
+        nodes[3].status = None;
+        let c = check(&stack(3, &[ZONE]), &nodes, &[]);
+        assert_eq!(zones(&c.unavailable), ["b"]);
+        assert_eq!(zones(&c.maintenance), ["c"]);
+        assert!(c.write_quorum_met());
+        assert!(!c.write_quorum_met_without(2));
     }
 
     #[test]

@@ -806,10 +806,12 @@ pub struct ReplicationStatus {
     /// topology label.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods_without_zone: Vec<String>,
-    /// The known zones with at least one node that can run pods now.
+    /// The known zones that are not lost: those with a node that can run pods now, and
+    /// those in maintenance (cordoned or draining), whose pods still serve.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zones_available: Vec<String>,
-    /// Whether every stream can still write a quorum of copies in the available zones.
+    /// Whether every stream can still write a quorum of copies: unavailable zones, and
+    /// zones in maintenance whose ingesters are not all Ready, count as lost.
     /// Unset when the stack is not zone-aware.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_quorum_met: Option<bool>,
@@ -823,7 +825,13 @@ pub struct ReplicationStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ZoneStatus {
     pub zone: String,
-    /// At least one of its nodes can run pods now.
+    /// `Available` (a node can run pods now), `Maintenance` (every node that is up is
+    /// cordoned or draining: planned work, its pods serve until drained) or
+    /// `Unavailable` (every node it has is not Ready, unreachable, out of service, or
+    /// gone: an outage).
+    #[serde(default)]
+    pub state: String,
+    /// Not `Unavailable`.
     pub available: bool,
     pub nodes_ready: i32,
     pub nodes: i32,

@@ -49,6 +49,13 @@ wire_enum! {
     }
 }
 
+impl Reason {
+    /// A True Warning of this reason is news, not trouble: its Event is Normal.
+    pub fn is_informational(self) -> bool {
+        matches!(self, Reason::ZoneMaintenance)
+    }
+}
+
 impl ConditionType {
     /// A True condition of this type is bad news: its Event is a Warning.
     pub fn is_problem(self) -> bool {
@@ -85,6 +92,7 @@ wire_enum! {
         ZoneLabelEmpty => "ZoneLabelEmpty",
         ZonesInsufficient => "ZonesInsufficient",
         ZoneUnavailable => "ZoneUnavailable",
+        ZoneMaintenance => "ZoneMaintenance",
         WriteQuorumLost => "WriteQuorumLost",
         PodZoneUnknown => "PodZoneUnknown",
         ZoneLabelChanged => "ZoneLabelChanged",

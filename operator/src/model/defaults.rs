@@ -175,8 +175,9 @@ pub struct EffectiveStack {
     /// What the storage Secret says beyond its key names (the S3 endpoint); empty until
     /// the plan reads the Secret, and when rendering offline.
     pub store: StoreParams,
-    /// Unavailable zones (single-key stacks only) that stateless components are kept
-    /// out of on servers whose spread constraints do not honour taints; set by the plan.
+    /// Disrupted zones (unavailable or in maintenance; single-key stacks only) that
+    /// stateless components are kept out of on servers whose spread constraints do not
+    /// honour taints; set by the plan.
     pub avoid_zones: Vec<String>,
     /// How many ingesters the PodDisruptionBudget lets go at once: 1, unless the
     /// zone-disruption webhook decides the stack's evictions, when it is the per-zone

@@ -160,7 +160,7 @@ pub fn plan(
     let mut eff = effective(&stack.spec);
     let findings = check(stack, snapshot, &mut eff);
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
-        eff.avoid_zones = z.unavailable.iter().map(|u| u.zone.clone()).collect();
+        eff.avoid_zones = z.disrupted().map(|u| u.zone.clone()).collect();
     }
     if snapshot.disruptions_by_zone && staging::ingesters_zone_aware(snapshot) {
         eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
@@ -208,11 +208,13 @@ fn per_zone_disruptions(stack: &LokiStack, eff: &EffectiveStack, zone: Option<&Z
     set.unwrap_or(share).clamp(1, replicas.max(1))
 }
 
+/// A zone is unavailable or in maintenance: a changed template of a ring member would
+/// disrupt a second zone.
 fn zone_outage(findings: &Findings) -> bool {
     findings
         .zone
         .as_ref()
-        .is_some_and(|z| !z.unavailable.is_empty())
+        .is_some_and(|z| z.disrupted().next().is_some())
 }
 
 /// The stack asks to roll ring members during an outage.

@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::checks::podzone::node_name;
-use crate::checks::zones::{self, lost_since, node_lost, volume_zone, zone_lost, ZoneCheck};
+use crate::checks::zones::{self, fenced, lost_since, node_lost, volume_zone, ZoneCheck};
 use crate::model::api::LokiStack;
 use crate::model::defaults::Component;
 use crate::model::duration::parse_duration;
@@ -116,21 +116,24 @@ pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timest
         }
         let (step, zone, due) = match lost {
             Some(lost) => {
-                // A cordoned or draining zone is maintenance, not an outage: only a pod
-                // whose own node is lost (or gone) moves, or, not scheduled, one whose
-                // volumes' zone has only lost nodes left. The grace period counts from
-                // when that happened, never from the pod's age. Without a known start
-                // (every node of the zone deleted) the clock starts at every pass: the
-                // recovery never acts by itself, and the runbook's commands are listed.
-                let since = match node_name(pod).map(|n| snapshot.node(n)) {
-                    Some(Some(node)) if node_lost(node) => lost_since(node),
+                // A cordoned or draining zone is maintenance, never listed here: only a
+                // pod whose own node is lost (or gone) moves, or, not scheduled, one whose
+                // volumes are in the lost zone. A fenced node (out of service, or its Node
+                // object deleted, after which Kubernetes deletes its pods itself) runs
+                // nothing: the move is due at once. One that is only unreachable may
+                // still run the pod behind a partition: the move waits the grace period,
+                // counted from when the node was lost, never from the pod's age.
+                let (since, fenced) = match node_name(pod).map(|n| snapshot.node(n)) {
+                    Some(Some(node)) if node_lost(node) => (lost_since(node), fenced(node)),
                     Some(Some(_)) => continue,
-                    Some(None) => lost.since,
-                    None if zone_lost(lost) => lost.since,
-                    None => continue,
+                    Some(None) => (lost.since, true),
+                    None => (lost.since, lost.fenced),
                 };
-                let since = since.unwrap_or(now);
-                let due = since.checked_add(grace).ok().filter(|d| *d > now);
+                // Unreachable since an unknown time: the clock starts at every pass.
+                let due = (!fenced)
+                    .then(|| since.unwrap_or(now).checked_add(grace).ok())
+                    .flatten()
+                    .filter(|d| *d > now);
                 (Step::MoveOut, Some(lost.zone.clone()), due)
             }
             None if node_name(pod).is_none() => (Step::Recreate, None, None),
@@ -399,8 +402,11 @@ mod tests {
         ];
         let (snapshot, plan) = setup_with(nodes, pods(), volumes());
         assert_eq!(
-            plan.findings.zone.as_ref().map(|z| z.unavailable.len()),
-            Some(1)
+            plan.findings
+                .zone
+                .as_ref()
+                .map(|z| (z.unavailable.len(), z.maintenance.len())),
+            Some((0, 1))
         );
         let years_later = at("2036-01-01T00:00:00Z");
         assert_eq!(
@@ -434,26 +440,60 @@ mod tests {
         assert_eq!(candidates(&snapshot, &plan, Duration::ZERO, late), []);
     }
 
-    /// Every node of the lost zone deleted: when it was lost is unknown, so the move is
-    /// listed for an admin but never comes due by itself.
+    /// Every node of the lost zone deleted: fenced (Kubernetes deleted their pods), so
+    /// the move is due at once, whatever the grace.
     #[test]
-    fn without_a_known_start_a_move_is_listed_but_never_due() {
+    fn a_zone_whose_nodes_are_all_deleted_is_fenced_and_due_at_once() {
         let nodes = vec![node("a1", &[(ZONE, "a")]), node("b1", &[(ZONE, "b")])];
         let (snapshot, plan) = setup_with(
             nodes,
             vec![pod("s-compactor-0", "compactor", None)],
             vec![pinned("storage-s-compactor-0", "c")],
         );
-        let now = at("2036-01-01T00:00:00Z");
-        let manual = candidates(&snapshot, &plan, Duration::ZERO, now);
-        assert_eq!(manual.len(), 1);
-        assert_eq!((manual[0].step, manual[0].due), (Step::MoveOut, None));
+        let now = at("2026-01-01T00:00:01Z");
+        let moves = candidates(&snapshot, &plan, Duration::from_secs(3600), now);
+        assert_eq!(moves.len(), 1);
+        assert_eq!((moves[0].step, moves[0].due), (Step::MoveOut, None));
+    }
+
+    /// An out-of-service node is fenced: its pods move at once; an unreachable one only
+    /// once the grace period has passed since it was lost.
+    #[test]
+    fn out_of_service_moves_at_once_unreachable_after_the_grace() {
+        let mut fenced = down("c1", "c");
+        fenced.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            taints: Some(vec![k8s_openapi::api::core::v1::Taint {
+                key: names::TAINT_OUT_OF_SERVICE.into(),
+                value: Some("nodeshutdown".into()),
+                effect: "NoExecute".into(),
+                time_added: None,
+            }]),
+            ..Default::default()
+        });
+        let nodes = vec![
+            node("a1", &[(ZONE, "a")]),
+            node("b1", &[(ZONE, "b")]),
+            fenced,
+            down("c2", "c"),
+        ];
+        let (snapshot, plan) = setup_with(
+            nodes,
+            vec![
+                pod("s-compactor-0", "compactor", Some("c1")),
+                pod("s-ruler-0", "ruler", Some("c2")),
+            ],
+            vec![],
+        );
         let grace = Duration::from_secs(600);
-        let auto = candidates(&snapshot, &plan, grace, now);
+        let moves = candidates(&snapshot, &plan, grace, at("2026-01-01T00:00:01Z"));
+        let due: Vec<(&str, Option<Timestamp>)> =
+            moves.iter().map(|m| (m.pod.as_str(), m.due)).collect();
         assert_eq!(
-            auto[0].due,
-            Some(at("2036-01-01T00:10:00Z")),
-            "never due by itself"
+            due,
+            [
+                ("s-compactor-0", None),
+                ("s-ruler-0", Some(at("2026-01-01T00:10:00Z")))
+            ]
         );
     }
 }

@@ -6,11 +6,12 @@
 //! joined, replayed its WAL and taken its tokens), so a Ready ingester is back in the
 //! ring and holds its copies of the streams again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::checks::zones::ZoneState;
 use crate::model::api::{LokiStack, RolloutStatus, ZoneRolloutStatus};
 use crate::model::conditions::{pod_phase, PodPhase};
 use crate::model::names;
@@ -28,8 +29,9 @@ pub struct Inputs<'a> {
     pub statefulsets: Vec<&'a StatefulSet>,
     /// The stack's pods.
     pub pods: Vec<&'a Pod>,
-    /// The zones the zone check finds unavailable.
-    pub unavailable: BTreeSet<String>,
+    /// The zones the zone check finds disrupted (unavailable or in maintenance): the one
+    /// zone that may be down, so no other zone is rolled meanwhile.
+    pub disrupted: BTreeMap<String, ZoneState>,
     /// `spec.replication.maxUnavailablePerZone`; `None` takes the whole zone at once.
     pub max_per_zone: Option<usize>,
     /// The stack is annotated to roll during an outage
@@ -210,7 +212,7 @@ fn down_by_zone<'m, 'a>(
 ) -> BTreeMap<&'a str, Vec<&'m Member<'a>>> {
     let mut out: BTreeMap<&str, Vec<&Member>> = BTreeMap::new();
     for m in members.iter().filter(|m| !m.ready) {
-        let lost = m.zone.is_some_and(|z| input.unavailable.contains(z));
+        let lost = m.zone.is_some_and(|z| input.disrupted.contains_key(z));
         if let (Some(zone), false) = (m.zone, input.forced && lost) {
             out.entry(zone).or_default().push(m);
         }
@@ -243,12 +245,10 @@ fn choose<'m, 'a>(
         .then(|| down.keys().next().map(|z| z.to_string()))
         .flatten();
     if !input.forced {
-        waits.extend(
-            input
-                .unavailable
-                .iter()
-                .map(|z| format!("zone {z} unavailable")),
-        );
+        waits.extend(input.disrupted.iter().map(|(z, state)| match state {
+            ZoneState::Maintenance => format!("zone {z} in maintenance"),
+            _ => format!("zone {z} unavailable"),
+        }));
     }
     let unzoned: Vec<&str> = members
         .iter()
@@ -279,7 +279,7 @@ fn choose<'m, 'a>(
         .copied()
         .or_else(|| first_outdated_zone(members, input));
     let Some(zone) = zone else {
-        waits.push("outdated pods remain only in unavailable zones".into());
+        waits.push("outdated pods remain only in unavailable zones or zones in maintenance".into());
         return (Vec::new(), None);
     };
     let chosen = in_zone(members, zone, input.max_per_zone);
@@ -297,7 +297,7 @@ fn first_outdated_zone<'a>(members: &[Member<'a>], input: &Inputs) -> Option<&'a
         .iter()
         .filter(|m| m.outdated && !m.terminating)
         .filter_map(|m| m.zone)
-        .filter(|z| !input.unavailable.contains(*z))
+        .filter(|z| !input.disrupted.contains_key(*z))
         .min()
 }
 
@@ -337,11 +337,11 @@ pub fn inputs<'a>(stack: &'a LokiStack, snapshot: &'a Snapshot, plan: &'a Plan) 
     Inputs {
         statefulsets: snapshot.statefulsets.iter().map(AsRef::as_ref).collect(),
         pods: snapshot.pod_refs(),
-        unavailable: plan
+        disrupted: plan
             .findings
             .zone
             .iter()
-            .flat_map(|z| z.unavailable.iter().map(|u| u.zone.clone()))
+            .flat_map(|z| z.disrupted().map(|u| (u.zone.clone(), z.state(&u.zone))))
             .collect(),
         max_per_zone: replication
             .and_then(|r| r.max_unavailable_per_zone)
@@ -638,7 +638,8 @@ mod tests {
         let sets = [set("ing", 6, "OnDelete")];
         // Zone c is dark: its pods are not Ready, and the nodes say why.
         let pods = six([NEW, NEW, OLD, OLD, OLD, OLD], [R, R, R, R, S, S]);
-        let dark = |i: &mut Inputs| i.unavailable = ["c".to_string()].into();
+        let dark =
+            |i: &mut Inputs| i.disrupted = [("c".to_string(), ZoneState::Unavailable)].into();
         let d = decide(&sets, &pods, dark);
         assert!(d.delete.is_empty());
         assert_eq!(waiting(&d), "zone c unavailable");
@@ -660,8 +661,24 @@ mod tests {
         assert!(d.delete.is_empty());
         assert_eq!(
             waiting(&d),
-            "outdated pods remain only in unavailable zones"
+            "outdated pods remain only in unavailable zones or zones in maintenance"
         );
+    }
+
+    /// A cordoned zone is the one zone that may be down: nothing else rolls, even with
+    /// every pod of it still Ready.
+    #[test]
+    fn a_zone_in_maintenance_pauses_the_rollout_like_an_outage() {
+        let sets = [set("ing", 6, "OnDelete")];
+        let d = decide(
+            &sets,
+            &six([NEW, NEW, OLD, OLD, OLD, OLD], ALL_READY),
+            |i| {
+                i.disrupted = [("c".to_string(), ZoneState::Maintenance)].into();
+            },
+        );
+        assert!(d.delete.is_empty());
+        assert_eq!(waiting(&d), "zone c in maintenance");
     }
 
     #[test]

@@ -10,7 +10,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::checks::podzone::{decide, PodZone};
 use crate::checks::zones::{
-    self, name_list, write_quorum, zone_failures_tolerated, UnavailableZone, ZoneCheck, ZoneVerdict,
+    self, name_list, write_quorum, zone_failures_tolerated, DownZone, ZoneCheck, ZoneState,
+    ZoneVerdict,
 };
 use crate::model::api::{
     LokiStack, LokiStackComponentStatus, LokiStackStatus, PodStatusMap, ReplicationStatus,
@@ -194,27 +195,48 @@ impl Stamp {
 
 /// The Degraded reason and message: a finding that holds the spec back, else writes
 /// without quorum, else a failed apply.
-fn degraded(plan: &Plan, outcome: &Outcome) -> Option<(Reason, String)> {
+fn degraded(plan: &Plan, outcome: &Outcome, per_zone: &[ZoneStatus]) -> Option<(Reason, String)> {
     plan.findings
         .hold_back()
-        .or_else(|| quorum_lost(plan))
+        .or_else(|| quorum_lost(plan, per_zone))
         .or(match outcome {
             Outcome::Failed { reason, message } => Some((*reason, message.clone())),
             _ => None,
         })
 }
 
-fn quorum_lost(plan: &Plan) -> Option<(Reason, String)> {
+/// The zones that hold no serving copy of the stack's streams now: the unavailable
+/// ones, and those in maintenance whose ingesters are not all Ready (drained).
+fn not_serving<'a>(z: &'a ZoneCheck, per_zone: &[ZoneStatus]) -> Vec<&'a str> {
+    let drained = |zone: &str| {
+        per_zone
+            .iter()
+            .find(|s| s.zone == zone)
+            .is_none_or(|s| s.ingesters == 0 || s.ingesters_ready < s.ingesters)
+    };
+    z.unavailable
+        .iter()
+        .map(|u| u.zone.as_str())
+        .chain(
+            z.maintenance
+                .iter()
+                .map(|u| u.zone.as_str())
+                .filter(|zone| drained(zone)),
+        )
+        .collect()
+}
+
+fn quorum_lost(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, String)> {
     let z = plan.findings.zone.as_ref()?;
-    if z.write_quorum_met() {
+    let down = not_serving(z, per_zone);
+    if z.write_quorum_met_without(down.len()) {
         return None;
     }
-    let down: Vec<&str> = z.unavailable.iter().map(|u| u.zone.as_str()).collect();
     let left = z.factor - z.factor.min(i32::try_from(down.len()).unwrap_or(i32::MAX));
     Some((
         Reason::WriteQuorumLost,
         format!(
-            "zones {} are unavailable: with replication factor {} and write quorum {}, some streams can write only {left} copies, so their pushes fail until a zone returns. Bring the zones' nodes back; do not change the replication factor or restart ingesters now",
+            "zones {} are unavailable or drained: with replication factor {} and write quorum {}, some streams can write only {left} copies, so their pushes fail until a zone returns. Bring the zones' nodes back; do not change the replication factor or restart ingesters now",
             name_list(&down),
             z.factor,
             z.write_quorum
@@ -275,7 +297,7 @@ fn stranded(snapshot: &Snapshot, keys: &[String], zone: &str) -> Vec<String> {
 
 /// One unavailable zone: its nodes and why each is down, since when, the stack's pods
 /// there and the claims pinned there.
-fn unavailable_zone_line(u: &UnavailableZone, pods: &[String]) -> String {
+fn unavailable_zone_line(u: &DownZone, pods: &[String]) -> String {
     let nodes: Vec<String> = u
         .nodes
         .iter()
@@ -307,6 +329,7 @@ fn zone_unavailable(
     plan: &Plan,
     snapshot: &Snapshot,
     recovery: &Report,
+    per_zone: &[ZoneStatus],
 ) -> Option<(Reason, String)> {
     let z = plan.findings.zone.as_ref()?;
     if z.unavailable.is_empty() {
@@ -317,26 +340,77 @@ fn zone_unavailable(
         .iter()
         .map(|u| unavailable_zone_line(u, &stranded(snapshot, &z.keys, &u.zone)))
         .collect();
-    let quorum = if z.write_quorum_met() {
+    let quorum = if z.write_quorum_met_without(not_serving(z, per_zone).len()) {
         "Writes keep their quorum in the available zones. "
     } else {
         ""
     };
-    let held = if plan.held.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " {} are not rolled until every zone is back (annotate the LokiStack {}=true to roll them now).",
-            name_list(&plan.held),
-            names::ANNOTATION_ROLL_DURING_OUTAGE
-        )
-    };
     Some((
         Reason::ZoneUnavailable,
         format!(
-            "{}. {quorum}Do not lower the replication factor or restart ingesters in the available zones while it lasts; see docs/zone-failure-runbook.md.{held}{}",
+            "{}. {quorum}Do not lower the replication factor or restart ingesters in the available zones while it lasts; see docs/zone-failure-runbook.md.{}{}",
             zones.join("; "),
+            held_note(plan),
             recovery_note(recovery, &snapshot.namespace)
+        ),
+    ))
+}
+
+/// The ring members whose new spec waits while a zone is disrupted.
+fn held_note(plan: &Plan) -> String {
+    if plan.held.is_empty() {
+        return String::new();
+    }
+    format!(
+        " {} are not rolled until every zone is back (annotate the LokiStack {}=true to roll them now).",
+        name_list(&plan.held),
+        names::ANNOTATION_ROLL_DURING_OUTAGE
+    )
+}
+
+/// Zones cordoned or draining: planned work, not an outage. Their ingesters serve until
+/// drained; meanwhile no other zone is disrupted on the operator's account.
+fn zone_maintenance(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, String)> {
+    let z = plan.findings.zone.as_ref()?;
+    if z.maintenance.is_empty() {
+        return None;
+    }
+    let zones: Vec<String> = z
+        .maintenance
+        .iter()
+        .map(|m| {
+            let nodes: Vec<String> = m
+                .nodes
+                .iter()
+                .map(|(n, why)| format!("{n} ({why})"))
+                .collect();
+            let ingesters = per_zone
+                .iter()
+                .find(|s| s.zone == m.zone)
+                .map_or(String::new(), |s| {
+                    format!(
+                        ", {} of its {} ingesters Ready",
+                        s.ingesters_ready, s.ingesters
+                    )
+                });
+            format!(
+                "zone {} is in maintenance: nodes {}{ingesters}",
+                m.zone,
+                name_list(&nodes)
+            )
+        })
+        .collect();
+    // With an outage as well, the outage's message carries the held StatefulSets.
+    let held = if z.unavailable.is_empty() {
+        held_note(plan)
+    } else {
+        String::new()
+    };
+    Some((
+        Reason::ZoneMaintenance,
+        format!(
+            "{}. Its pods keep serving until drained; ingester rollouts and evictions in the other zones wait until it is uncordoned and its ingesters are Ready again.{held}",
+            zones.join("; "),
         ),
     ))
 }
@@ -347,9 +421,11 @@ fn warnings(
     snapshot: &Snapshot,
     recovery: &Report,
     pod_zones: &PodZones,
+    per_zone: &[ZoneStatus],
 ) -> Vec<(Reason, String)> {
-    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot, recovery)
+    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot, recovery, per_zone)
         .into_iter()
+        .chain(zone_maintenance(plan, per_zone))
         .collect();
     if let Some(f) = plan
         .findings
@@ -436,13 +512,20 @@ pub fn compute(
     };
     let by_component = components(&pods, lost);
     let pod_zones = pod_zones(&pods, |n| snapshot.node(n));
+    let per_zone = plan
+        .findings
+        .zone
+        .as_ref()
+        .map(|z| zone_status(z, snapshot))
+        .unwrap_or_default();
+    // Pods of a zone in maintenance are expected missing as much as those of a lost one.
     let outage = plan
         .findings
         .zone
         .as_ref()
-        .filter(|z| !z.unavailable.is_empty())
-        .map(|z| (z.unavailable.len(), z.zones.len()));
-    let degraded = degraded(plan, outcome);
+        .map(|z| (z.disrupted().count(), z.zones.len()))
+        .filter(|(down, _)| *down > 0);
+    let degraded = degraded(plan, outcome, &per_zone);
     let applied = *outcome == Outcome::Applied;
     // A spec applied by an earlier reconcile counts as long as nothing degrades it.
     let current_applied =
@@ -456,12 +539,12 @@ pub fn compute(
         &Counts::of(&by_component, &plan.eff, outage),
         current_applied,
         degraded,
-        &warnings(plan, snapshot, recovery, &pod_zones),
+        &warnings(plan, snapshot, recovery, &pod_zones, &per_zone),
     );
     LokiStackStatus {
         conditions: keep_transition_times(desired, &previous.conditions),
         components: Some(component_status(&by_component)),
-        replication: Some(replication(plan, snapshot, &pod_zones)),
+        replication: Some(replication(plan, &pod_zones, per_zone)),
         observed_generation: if applied {
             generation
         } else {
@@ -593,10 +676,10 @@ fn keep_transition_times(desired: Vec<Condition>, previous: &[Condition]) -> Vec
         .collect()
 }
 
-fn replication(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> ReplicationStatus {
+fn replication(plan: &Plan, pod_zones: &PodZones, per_zone: Vec<ZoneStatus>) -> ReplicationStatus {
     match &plan.findings.zone {
         Some(z) => {
-            let per_zone = zone_status(z, snapshot);
+            let serving = z.write_quorum_met_without(not_serving(z, &per_zone).len());
             ReplicationStatus {
                 factor: z.factor,
                 zones: z.zones.iter().cloned().collect(),
@@ -604,8 +687,12 @@ fn replication(plan: &Plan, snapshot: &Snapshot, pod_zones: &PodZones) -> Replic
                 zone_failures_tolerated: Some(tolerated_by_placement(z, &per_zone)),
                 ineligible_nodes: i32::try_from(z.ineligible.len()).unwrap_or(i32::MAX),
                 pods_without_zone: pod_zones.without_zone.clone(),
-                zones_available: z.available.iter().cloned().collect(),
-                write_quorum_met: Some(z.write_quorum_met()),
+                zones_available: per_zone
+                    .iter()
+                    .filter(|s| s.available)
+                    .map(|s| s.zone.clone())
+                    .collect(),
+                write_quorum_met: Some(serving),
                 zone_status: per_zone,
             }
         }
@@ -644,9 +731,11 @@ fn zone_status(z: &ZoneCheck, snapshot: &Snapshot) -> Vec<ZoneStatus> {
                 .filter(|p| component_of(p) == Some(Component::Ingester))
                 .filter(|p| crate::checks::podzone::pod_zone_annotation(p) == Some(zone.as_str()))
                 .collect();
+            let state = z.state(zone);
             ZoneStatus {
                 zone: zone.clone(),
-                available: z.available.contains(zone),
+                state: state.as_str().to_string(),
+                available: state != ZoneState::Unavailable,
                 nodes_ready: count(nodes.iter().filter(|n| !zones::node_lost(n)).count()),
                 nodes: count(nodes.len()),
                 ingesters_ready: count(
@@ -973,6 +1062,16 @@ mod tests {
 
     /// RF 3 over zones a, b, c: every component's pods spread one per zone, zone c down.
     fn outage(down: &[&str]) -> (LokiStack, Snapshot, Plan) {
+        cluster(|z, n| {
+            if down.contains(&z) {
+                n.status = None;
+            }
+        })
+    }
+
+    /// A stack with every pod Ready on one node per zone a, b, c, each node as `edit`
+    /// leaves it.
+    fn cluster(edit: impl Fn(&str, &mut Node)) -> (LokiStack, Snapshot, Plan) {
         let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
         let eff = effective(&s.spec);
         let zones = ["a", "b", "c"];
@@ -980,9 +1079,7 @@ mod tests {
             .iter()
             .map(|z| {
                 let mut n = node(&format!("n{z}"), &[(ZONE, z)]);
-                if down.contains(z) {
-                    n.status = None;
-                }
+                edit(z, &mut n);
                 n
             })
             .collect();
@@ -1059,6 +1156,73 @@ mod tests {
                 c.ingesters
             ),
             (false, 0, 1, 1, 1)
+        );
+    }
+
+    /// A cordon is planned work: the zone is in maintenance, counted available while its
+    /// ingesters are Ready, and no outage is reported.
+    #[test]
+    fn a_cordoned_zone_is_in_maintenance_not_unavailable() {
+        let cordon = |z: &str, n: &mut Node| {
+            if z == "c" {
+                n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+            }
+        };
+        let (s, snap, plan) = cluster(cordon);
+        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
+        assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
+        let w = cond(&st, ConditionType::Warning);
+        assert_eq!(w.reason, "ZoneMaintenance", "{}", w.message);
+        for part in [
+            "zone c is in maintenance",
+            "nc (cordoned)",
+            "1 of its 1 ingesters Ready",
+        ] {
+            assert!(w.message.contains(part), "{part:?} not in {}", w.message);
+        }
+        assert!(!w.message.contains("unavailable"), "{}", w.message);
+        let r = st.replication.expect("replication");
+        assert_eq!(r.zones_available, ["a", "b", "c"]);
+        assert_eq!(r.write_quorum_met, Some(true));
+        assert_eq!(
+            r.zone_failures_tolerated,
+            Some(1),
+            "c's ingester still serves"
+        );
+        let states: Vec<(&str, bool)> = r
+            .zone_status
+            .iter()
+            .map(|z| (z.state.as_str(), z.available))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("Available", true),
+                ("Available", true),
+                ("Maintenance", true)
+            ]
+        );
+        // Drained: c's ingester is gone, so c holds no copy; b lost as well takes the
+        // quorum, although neither zone is an outage on its own.
+        let (s, mut snap, plan) = cluster(|z, n| {
+            cordon(z, n);
+            if z == "b" {
+                n.status = None;
+            }
+        });
+        snap.pods
+            .retain(|p| p.metadata.name.as_deref() != Some("ingester-2"));
+        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let r = st.replication.clone().expect("replication");
+        assert_eq!(r.write_quorum_met, Some(false));
+        assert_eq!(r.zones_available, ["a", "c"]);
+        let d = cond(&st, ConditionType::Degraded);
+        assert_eq!(d.reason, "WriteQuorumLost", "{}", d.message);
+        assert!(
+            d.message.contains("zones b, c are unavailable or drained"),
+            "{}",
+            d.message
         );
     }
 

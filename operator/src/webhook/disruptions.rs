@@ -166,11 +166,20 @@ impl Hook {
             .or_else(node_zone)
             .or_else(|| volumes_zone(pod, name, volumes, &keys));
         // A node gone from the cache is a node deleted: the pod goes with it.
-        let node_down = node.is_some_and(|n| n.is_none_or(|n| node_lost(&n)));
+        let node_down = node
+            .clone()
+            .is_some_and(|n| n.is_none_or(|n| node_lost(&n)));
+        let node_cordoned = node.flatten().is_some_and(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+        });
         debug!(
             pod = name,
             ?zone,
             node_down,
+            node_cordoned,
             "ingester seen by the zone-disruption webhook"
         );
         Ingester {
@@ -178,6 +187,7 @@ impl Hook {
             name,
             zone,
             node_down,
+            node_cordoned,
             eviction_allowed: false,
         }
     }

@@ -32,6 +32,9 @@ pub enum Why {
     EvictionAllowed,
     /// Evicted, and its StatefulSet has not recreated it yet (or the cache not shown it).
     Recreating,
+    /// Ready, on a node that is cordoned: its zone is in maintenance and about to be
+    /// drained. It disrupts its zone for the other zones, not for its own.
+    Cordoned,
 }
 
 impl fmt::Display for Why {
@@ -42,6 +45,7 @@ impl fmt::Display for Why {
             Why::NodeDown => "on a node that is down",
             Why::EvictionAllowed => "being evicted",
             Why::Recreating => "evicted, not recreated yet",
+            Why::Cordoned => "on a cordoned node: its zone is in maintenance",
         })
     }
 }
@@ -56,6 +60,8 @@ pub struct Ingester<'a> {
     pub zone: Option<String>,
     /// Its node is not Ready or is unreachable.
     pub node_down: bool,
+    /// Its node is cordoned (and not down).
+    pub node_cordoned: bool,
     /// This webhook allowed its eviction moments ago.
     pub eviction_allowed: bool,
 }
@@ -187,7 +193,11 @@ pub fn decide(
     };
     let mut by_zone: BTreeMap<Option<&str>, Vec<Down>> = BTreeMap::new();
     for i in ingesters.iter().filter(|i| i.name != target.name) {
-        let Some(why) = i.down() else { continue };
+        let cordoned =
+            (i.node_cordoned && i.zone.as_deref() != Some(zone.as_str())).then_some(Why::Cordoned);
+        let Some(why) = i.down().or(cordoned) else {
+            continue;
+        };
         if i.holds_nothing() {
             continue;
         }
@@ -359,9 +369,35 @@ mod tests {
                 name: p.metadata.name.as_deref().expect("name"),
                 zone: Some(zone_of(n).to_string()),
                 node_down: false,
+                node_cordoned: false,
                 eviction_allowed: false,
             })
             .collect()
+    }
+
+    /// Zone b's nodes are cordoned (the first step of draining it): its ingesters serve,
+    /// and may be evicted, but no other zone's may.
+    #[test]
+    fn a_cordoned_zone_is_the_one_being_disrupted() {
+        let pods = six();
+        let mut all = ingesters(&pods);
+        all[2].node_cordoned = true;
+        all[3].node_cordoned = true;
+        assert_eq!(
+            decide(&all[2], &all, &[], Some(1)),
+            Verdict::Allow { zone: "b".into() },
+            "a cordon does not count against the zone's own maximum"
+        );
+        let Verdict::Deny(d) = decide(&all[0], &all, &[], None) else {
+            panic!("a second zone while b is in maintenance");
+        };
+        let msg = d.to_string();
+        assert!(
+            msg.contains(
+                "zone b is disrupted, i-2 (on a cordoned node: its zone is in maintenance)"
+            ),
+            "{msg}"
+        );
     }
 
     #[test]
