@@ -1023,11 +1023,15 @@ fn maintenance_status(s: &Value, zone: &str, nodes: &[String]) -> Result<String>
     );
     let message = warning["message"].as_str().unwrap_or_default().to_string();
     ensure!(
-        message.contains(&format!("zone {zone} is in maintenance")) && !message.contains("unavailable"),
+        message.contains(&format!("zone {zone} is in maintenance"))
+            && !message.contains("unavailable"),
         "{message}"
     );
     for n in nodes {
-        ensure!(message.contains(&format!("{n} (cordoned)")), "{n} not named: {message}");
+        ensure!(
+            message.contains(&format!("{n} (cordoned)")),
+            "{n} not named: {message}"
+        );
     }
     ensure!(
         !is_true(s, "Degraded", "WriteQuorumLost"),
@@ -1040,7 +1044,11 @@ fn maintenance_status(s: &Value, zone: &str, nodes: &[String]) -> Result<String>
         "{zone} not in zonesAvailable: {}",
         r["zonesAvailable"]
     );
-    ensure!(r["writeQuorumMet"] == true, "writeQuorumMet: {}", r["writeQuorumMet"]);
+    ensure!(
+        r["writeQuorumMet"] == true,
+        "writeQuorumMet: {}",
+        r["writeQuorumMet"]
+    );
     ensure!(
         r["zoneFailuresTolerated"] == 1,
         "zoneFailuresTolerated: {}",

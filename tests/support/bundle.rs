@@ -81,6 +81,7 @@ pub fn webhook_definition(deployment: &Value) -> Result<Value> {
     let any = StackName {
         namespace: "placeholder".into(),
         name: "placeholder".into(),
+        zone_evictions: true,
     };
     let config = configuration(&target, "", &[any], false);
     let hook = config

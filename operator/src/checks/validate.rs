@@ -14,7 +14,7 @@ use crate::model::api::{
     SELECTOR_NO_DOLLAR_MSG, TENANT_NO_DOLLAR_MSG,
 };
 use crate::model::defaults::{effective, Component, EffectiveStack};
-use crate::model::names::MAX_STACK_NAME_LEN;
+use crate::model::names::{self, MAX_STACK_NAME_LEN};
 
 /// One violated rule: the field's path and what to change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +80,23 @@ fn is_date(s: &str) -> bool {
 }
 
 /// Every rule on the whole stack: its name, its spec, and what the defaults make of it.
+/// Whether the zone-disruption webhook decides the evictions of a stack's ingesters, from
+/// its annotations ([`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]): on unless set to
+/// `"false"`. Any other value keeps them on (the safe side) and is an error to report.
+pub fn zone_aware_evictions(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<bool, String> {
+    match annotations.and_then(|a| a.get(names::ANNOTATION_ZONE_AWARE_EVICTIONS)) {
+        None => Ok(true),
+        Some(v) if v == "true" => Ok(true),
+        Some(v) if v == "false" => Ok(false),
+        Some(v) => Err(format!(
+            "annotation {}: {v:?} is neither \"true\" nor \"false\"; zone-aware evictions stay on",
+            names::ANNOTATION_ZONE_AWARE_EVICTIONS
+        )),
+    }
+}
+
 pub fn validate_stack(stack: &LokiStack) -> Result<(), InvalidSpec> {
     let mut errors = validate(&stack.spec).err().map(|e| e.0).unwrap_or_default();
     let name = stack.metadata.name.as_deref().unwrap_or_default();
@@ -270,6 +287,23 @@ mod tests {
     use super::*;
     use crate::model::api::{LokiStackSize, ReplicationSpec};
     use crate::testing::{stack_spec, ZONE};
+
+    #[test]
+    fn zone_aware_evictions_are_on_unless_switched_off() {
+        let with = |v: &str| {
+            let a = [(
+                names::ANNOTATION_ZONE_AWARE_EVICTIONS.to_string(),
+                v.to_string(),
+            )]
+            .into();
+            zone_aware_evictions(Some(&a))
+        };
+        assert_eq!(zone_aware_evictions(None), Ok(true));
+        assert_eq!(with("true"), Ok(true));
+        assert_eq!(with("false"), Ok(false));
+        let e = with("off").expect_err("not a boolean");
+        assert!(e.contains("\"off\" is neither"), "{e}");
+    }
 
     #[test]
     fn qualified_names() {

@@ -828,9 +828,10 @@ pub struct ZoneStatus {
     /// `Available` (a node can run pods now), `Maintenance` (every node that is up is
     /// cordoned or draining: planned work, its pods serve until drained) or
     /// `Unavailable` (every node it has is not Ready, unreachable, out of service, or
-    /// gone: an outage).
-    #[serde(default)]
-    pub state: String,
+    /// gone: an outage). Always set by this version; absent in a status an older one
+    /// wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
     /// Not `Unavailable`.
     pub available: bool,
     pub nodes_ready: i32,

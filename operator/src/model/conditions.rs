@@ -93,6 +93,7 @@ wire_enum! {
         ZonesInsufficient => "ZonesInsufficient",
         ZoneUnavailable => "ZoneUnavailable",
         ZoneMaintenance => "ZoneMaintenance",
+        ZoneAwareEvictionsOff => "ZoneAwareEvictionsOff",
         WriteQuorumLost => "WriteQuorumLost",
         PodZoneUnknown => "PodZoneUnknown",
         ZoneLabelChanged => "ZoneLabelChanged",

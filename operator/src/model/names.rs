@@ -71,6 +71,11 @@ pub const ANNOTATION_CONFIG_HASH: &str = "loki.grafana.com/config-hash";
 /// default is Loki's `querier.query_ingesters_within`; shorter lets a query miss a stream
 /// written before the switch.
 pub const ANNOTATION_ZONE_READ_PATH_DELAY: &str = "loki.grafana.com/zone-read-path-delay";
+/// On a LokiStack, `"false"` turns zone-aware evictions off for it at once: the
+/// zone-disruption webhook lets each of its ingesters go and only its
+/// PodDisruptionBudget limits a drain. The escape for a drain the webhook holds, e.g.
+/// behind an ingester that never gets Ready again in another zone.
+pub const ANNOTATION_ZONE_AWARE_EVICTIONS: &str = "loki.grafana.com/zone-aware-evictions";
 
 /// The environment variable Loki expands into `common.ring.instance_availability_zone`.
 pub const ENV_ZONE: &str = "INSTANCE_AVAILABILITY_ZONE";

@@ -13,7 +13,7 @@ pub mod staging;
 
 use std::collections::BTreeSet;
 
-use crate::checks::validate::{validate_stack, InvalidSpec};
+use crate::checks::validate::{validate_stack, zone_aware_evictions, InvalidSpec};
 use crate::checks::volumes::{self, StorageClassFinding};
 use crate::checks::zones::{self, ZoneCheck};
 use crate::model::api::{LokiStack, ZoneAwarenessStatus};
@@ -46,8 +46,11 @@ pub struct Findings {
     pub zone: Option<ZoneCheck>,
     /// Go Loki Operator fields the stack sets that this operator does not act on.
     pub unsupported: Vec<String>,
-    /// A stack annotation that is set but invalid, and what applies instead.
+    /// The stack's annotations that are set but invalid, and what applies instead.
     pub annotation: Option<String>,
+    /// Zone-aware evictions are switched off for the stack
+    /// ([`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]).
+    pub zone_evictions_off: bool,
 }
 
 impl Findings {
@@ -147,8 +150,21 @@ fn check(stack: &LokiStack, snapshot: &Snapshot, eff: &mut EffectiveStack) -> Fi
         ),
         zone: zone_check(eff, snapshot),
         unsupported: go_compat::unsupported_fields(&stack.spec),
-        annotation: staging::read_path_delay(stack).err(),
+        annotation: annotation_errors(stack),
+        zone_evictions_off: zone_aware_evictions(stack.metadata.annotations.as_ref()) == Ok(false),
     }
+}
+
+/// The stack's annotations that are set but invalid, each with what applies instead.
+fn annotation_errors(stack: &LokiStack) -> Option<String> {
+    let errors: Vec<String> = [
+        staging::read_path_delay(stack).err(),
+        zone_aware_evictions(stack.metadata.annotations.as_ref()).err(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!errors.is_empty()).then(|| errors.join("; "))
 }
 
 pub fn plan(

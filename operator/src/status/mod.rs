@@ -453,6 +453,16 @@ fn warnings(
             ),
         ));
     }
+    if plan.findings.zone_evictions_off && plan.eff.zone_aware() {
+        out.push((
+            Reason::ZoneAwareEvictionsOff,
+            format!(
+                "{}=false: the zone-disruption webhook lets every ingester of this stack be evicted; only its PodDisruptionBudget limits a drain ({} ingester(s) at once, from any zones), so a drain may take two copies of a stream and stop its writes. Remove the annotation once the drain is done",
+                names::ANNOTATION_ZONE_AWARE_EVICTIONS,
+                plan.eff.ingester_disruptions
+            ),
+        ));
+    }
     out.extend(migration_warnings(plan));
     if let Some(a) = &plan.findings.annotation {
         out.push((Reason::InvalidAnnotation, format!("{a}. Fix or remove it")));
@@ -734,7 +744,7 @@ fn zone_status(z: &ZoneCheck, snapshot: &Snapshot) -> Vec<ZoneStatus> {
             let state = z.state(zone);
             ZoneStatus {
                 zone: zone.clone(),
-                state: state.as_str().to_string(),
+                state: Some(state.as_str().to_string()),
                 available: state != ZoneState::Unavailable,
                 nodes_ready: count(nodes.iter().filter(|n| !zones::node_lost(n)).count()),
                 nodes: count(nodes.len()),
@@ -994,6 +1004,55 @@ mod tests {
         assert_eq!(news, true_now);
     }
 
+    /// Switched off, zone-aware evictions are a standing Warning until switched on.
+    #[test]
+    fn zone_aware_evictions_off_is_a_warning_with_the_budget() {
+        let (mut s, snap, _) = outage(&[]);
+        s.metadata.annotations = Some(
+            [(
+                names::ANNOTATION_ZONE_AWARE_EVICTIONS.to_string(),
+                "false".to_string(),
+            )]
+            .into(),
+        );
+        let mut plan = crate::plan::plan(
+            &s,
+            &snap,
+            &crate::render::Settings::default(),
+            &crate::render::ServerCapabilities::MODERN,
+        )
+        .expect("plan");
+        plan.eff.ingester_disruptions = 2;
+        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let w = cond(&st, ConditionType::Warning);
+        assert_eq!(w.reason, "ZoneAwareEvictionsOff", "{}", w.message);
+        assert!(
+            w.message
+                .contains("(2 ingester(s) at once, from any zones)"),
+            "{}",
+            w.message
+        );
+        s.metadata.annotations = Some(
+            [(
+                names::ANNOTATION_ZONE_AWARE_EVICTIONS.to_string(),
+                "no".to_string(),
+            )]
+            .into(),
+        );
+        let f = crate::plan::plan(
+            &s,
+            &snap,
+            &crate::render::Settings::default(),
+            &crate::render::ServerCapabilities::MODERN,
+        )
+        .expect("plan")
+        .findings;
+        assert!(!f.zone_evictions_off, "an invalid value keeps them on");
+        assert!(f
+            .annotation
+            .is_some_and(|a| a.contains("zone-aware evictions stay on")));
+    }
+
     #[test]
     fn pods_without_zone_and_drift_are_named() {
         let p1 = pod("ingester-0", "ingester", "Pending", false);
@@ -1193,7 +1252,7 @@ mod tests {
         let states: Vec<(&str, bool)> = r
             .zone_status
             .iter()
-            .map(|z| (z.state.as_str(), z.available))
+            .map(|z| (z.state.as_deref().unwrap_or_default(), z.available))
             .collect();
         assert_eq!(
             states,

@@ -21,6 +21,7 @@ use super::eviction::{Ingester, Review, Verdict};
 use super::review::{reply, request, Hook};
 use crate::caches::stacks;
 use crate::checks::podzone::{node_name, pod_keys, pod_zone_annotation};
+use crate::checks::validate::zone_aware_evictions;
 use crate::checks::zones::{node_lost, volume_zone, zone_of};
 use crate::model::defaults::Component;
 use crate::model::names;
@@ -31,7 +32,13 @@ const TOO_MANY_REQUESTS: u16 = 429;
 pub(super) async fn zone_disruptions(State(hook): State<Hook>, body: Bytes) -> Response {
     let started = Instant::now();
     let response = match request::<DynamicObject>(&body) {
-        Ok(req) => hook.evict(&req),
+        // A bug here must not turn into a webhook failure: under `failurePolicy: Fail`
+        // that is a 500, which `kubectl drain` does not retry. A refusal it retries.
+        Ok(req) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.evict(&req)))
+            .unwrap_or_else(|_| {
+                Metrics::count(&hook.metrics.webhook_evictions, "internal_error", 1);
+                refuse(&req, format!("the zone-disruption webhook failed on evicting pod {}/{} (an operator bug: see its log); retry in a few seconds", req.namespace.as_deref().unwrap_or_default(), req.name))
+            }),
         Err(r) => return *r,
     };
     hook.metrics
@@ -61,10 +68,15 @@ impl Hook {
     fn evict(&self, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let count = |result| Metrics::count(&self.metrics.webhook_evictions, result, 1);
         let namespace = req.namespace.as_deref().unwrap_or_default();
-        let Some((pod, stack, max_per_zone)) = self.ingester(namespace, &req.name) else {
+        let Some((pod, stack, max_per_zone, decided)) = self.ingester(namespace, &req.name) else {
             count("not_ours");
             return AdmissionResponse::from(req);
         };
+        if !decided {
+            count("switched_off");
+            info!(pod = %req.name, namespace, stack, "ingester eviction allowed: zone-aware evictions are off for the stack ({}=false)", names::ANNOTATION_ZONE_AWARE_EVICTIONS);
+            return AdmissionResponse::from(req);
+        }
         let Some(grants) = self.leader.grants() else {
             count("not_leader");
             return refuse(req, format!("this replica of the operator is not the leader (or is still starting), and only the leader decides evictions of the ingesters of zone-aware stacks; retry in a few seconds (evicting pod {namespace}/{})", req.name));
@@ -106,13 +118,14 @@ impl Hook {
         }
     }
 
-    /// The pod, its stack and the stack's per-zone maximum, when `name` is an ingester
-    /// of a zone-aware stack; `None` for anything else.
+    /// The pod, its stack, the stack's per-zone maximum and whether the stack has
+    /// zone-aware evictions on, when `name` is an ingester of a zone-aware stack; `None`
+    /// for anything else.
     fn ingester(
         &self,
         namespace: &str,
         name: &str,
-    ) -> Option<(std::sync::Arc<Pod>, String, Option<usize>)> {
+    ) -> Option<(std::sync::Arc<Pod>, String, Option<usize>, bool)> {
         let pod = self
             .caches
             .zone_aware_pods
@@ -134,7 +147,9 @@ impl Hook {
             .pointer("/spec/replication/maxUnavailablePerZone")
             .and_then(serde_json::Value::as_u64)
             .and_then(|m| usize::try_from(m.max(1)).ok());
-        Some((pod, stack, max))
+        // Read at every review: the switch holds from the moment the cache has it.
+        let decided = zone_aware_evictions(obj.metadata.annotations.as_ref()).unwrap_or(true);
+        Some((pod, stack, max, decided))
     }
 
     /// The stack's ingesters from the webhook's cache of zone-aware pods, sorted by name.

@@ -29,6 +29,7 @@ use tokio::sync::{watch, Notify};
 use tracing::{info, warn};
 
 use crate::caches::stacks::is_zone_aware;
+use crate::checks::validate::zone_aware_evictions;
 use crate::model::defaults::Component;
 use crate::model::names;
 use crate::telemetry::metrics::Metrics;
@@ -171,6 +172,9 @@ pub fn url_host(url: &str) -> &str {
 pub struct StackName {
     pub namespace: String,
     pub name: String,
+    /// The zone-disruption webhook decides its ingesters' evictions (not switched off
+    /// with [`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]).
+    pub zone_evictions: bool,
 }
 
 /// CEL over the Binding: true only for pods whose name starts with a zone-aware stack's
@@ -190,9 +194,14 @@ pub fn match_expression(stacks: &[StackName]) -> String {
 }
 
 /// CEL over an Eviction (its request names the pod): true only for the ingesters of the
-/// zone-aware stacks, `<stack>-ingester-<ordinal>` in the stack's namespace.
+/// zone-aware stacks, `<stack>-ingester-<ordinal>` in the stack's namespace, that have
+/// zone-aware evictions on; `false` when none has.
 pub fn ingester_expression(stacks: &[StackName]) -> String {
-    stacks
+    let decided: Vec<&StackName> = stacks.iter().filter(|s| s.zone_evictions).collect();
+    if decided.is_empty() {
+        return "false".into();
+    }
+    decided
         .iter()
         .map(|s| {
             format!(
@@ -276,10 +285,13 @@ fn rule(resource: &str) -> RuleWithOperations {
 }
 
 /// The zone-disruption configuration: `pods/eviction` of the zone-aware stacks'
-/// ingesters. It fails closed (`failurePolicy: Fail`): while the operator cannot answer,
-/// those evictions are refused rather than let a second zone go. On servers without
-/// `matchConditions` it is scoped to the namespaces only, so there every eviction in
-/// them reaches the webhook (which allows whatever is not an ingester).
+/// ingesters. Where the server takes `matchConditions` (1.28+) it is scoped to exactly
+/// those ingesters and fails closed (`failurePolicy: Fail`): while no replica of the
+/// operator answers, they are refused rather than let a second zone go, and nothing
+/// else is touched. Older servers can only scope it by namespace (an `objectSelector`
+/// sees the Eviction's labels, not the pod's), so there every eviction in those
+/// namespaces reaches it; it fails open there, so that an operator that is down never
+/// blocks a drain, and the ingesters' PodDisruptionBudget alone guards them meanwhile.
 pub fn disruption_configuration(
     target: &ClientTarget,
     ca_bundle: &str,
@@ -290,7 +302,7 @@ pub fn disruption_configuration(
         name: names::WEBHOOK_ZONE_DISRUPTIONS.into(),
         admission_review_versions: vec!["v1".into()],
         client_config: target.client_config(ca_bundle, names::WEBHOOK_PATH_ZONE_DISRUPTIONS),
-        failure_policy: Some("Fail".into()),
+        failure_policy: Some(if match_conditions { "Fail" } else { "Ignore" }.into()),
         // Decisions live in the leader's memory only; a dry run records none.
         side_effects: "None".into(),
         timeout_seconds: Some(DISRUPTION_TIMEOUT_SECONDS),
@@ -320,6 +332,7 @@ pub fn zone_aware_stacks(stacks: &Store<kube::api::DynamicObject>) -> Vec<StackN
         .map(|s| StackName {
             namespace: s.namespace().unwrap_or_default(),
             name: s.name_any(),
+            zone_evictions: zone_aware_evictions(s.metadata.annotations.as_ref()).unwrap_or(true),
         })
         .collect();
     v.sort();
@@ -540,14 +553,17 @@ mod tests {
             StackName {
                 namespace: "logs".into(),
                 name: "a".into(),
+                zone_evictions: true,
             },
             StackName {
                 namespace: "logs".into(),
                 name: "b".into(),
+                zone_evictions: false,
             },
             StackName {
                 namespace: "team".into(),
                 name: "c".into(),
+                zone_evictions: true,
             },
         ]
     }
@@ -611,8 +627,9 @@ mod tests {
         assert!(configuration(&target, "PEM", &[], true).webhooks.is_none());
     }
 
-    /// The disruption webhook fails closed, so it must reach nothing but the ingesters
-    /// of zone-aware stacks (namespaces everywhere; pod names where the server can).
+    /// The disruption webhook fails closed only where it reaches nothing but the
+    /// ingesters of zone-aware stacks with zone-aware evictions on (by pod name, 1.28+);
+    /// scoped by namespace only (older servers), it fails open.
     #[test]
     fn the_disruption_webhook_fails_closed_on_ingester_evictions_only() {
         let target = ClientTarget::Url("https://127.0.0.1:9443".into());
@@ -640,13 +657,22 @@ mod tests {
         let cond = &w.match_conditions.as_ref().expect("conditions")[0];
         assert_eq!(
             cond.expression,
-            "(request.namespace == 'logs' && request.name.matches('^a-ingester-[0-9]+$')) || (request.namespace == 'logs' && request.name.matches('^b-ingester-[0-9]+$')) || (request.namespace == 'team' && request.name.matches('^c-ingester-[0-9]+$'))"
+            "(request.namespace == 'logs' && request.name.matches('^a-ingester-[0-9]+$')) || (request.namespace == 'team' && request.name.matches('^c-ingester-[0-9]+$'))",
+            "stack b has zone-aware evictions off"
         );
-        assert!(disruption_configuration(&target, "PEM", &stacks(), false)
+        let old = disruption_configuration(&target, "PEM", &stacks(), false)
             .webhooks
-            .expect("one")[0]
-            .match_conditions
-            .is_none());
+            .expect("one");
+        assert!(old[0].match_conditions.is_none());
+        assert_eq!(old[0].failure_policy.as_deref(), Some("Ignore"));
+        let mut off = stacks();
+        off.iter_mut().for_each(|s| s.zone_evictions = false);
+        let c = disruption_configuration(&target, "PEM", &off, true);
+        let w = &c.webhooks.as_ref().expect("the namespaces stay covered")[0];
+        assert_eq!(
+            w.match_conditions.as_ref().expect("conditions")[0].expression,
+            "false"
+        );
         assert!(disruption_configuration(&target, "PEM", &[], true)
             .webhooks
             .is_none());
@@ -660,7 +686,7 @@ mod tests {
         let want = disruption_configuration(&target, "PEM", &stacks(), false);
         let mut live = want.clone();
         assert_eq!(owned_parts(&live), owned_parts(&want));
-        live.webhooks.as_mut().expect("webhooks")[0].failure_policy = Some("Ignore".into());
+        live.webhooks.as_mut().expect("webhooks")[0].failure_policy = Some("Fail".into());
         assert_ne!(owned_parts(&live), owned_parts(&want));
         let want = configuration(&target, "PEM", &stacks(), false);
         let mut live = want.clone();
