@@ -1,8 +1,9 @@
-//! Zone-aware disruptions (issue 15, items 3 and 4): on a 3-zone stack with 2 ingesters
-//! per zone, evictions through the Eviction API (what `kubectl drain` and autoscalers
-//! use) may take a whole zone, never a second one; while the operator is down they are
-//! refused, not allowed; and `kubectl drain` of every node of a zone succeeds in one
-//! pass, waiting on the webhook's refusals as it waits on a PodDisruptionBudget.
+//! Zone-aware disruptions (issue 15, items 3 and 4; issue 26, item 3): on a 3-zone
+//! stack with 2 ingesters per zone, evictions through the Eviction API (what `kubectl
+//! drain` and autoscalers use) may take a whole zone, never a second one; `kubectl
+//! drain` of every node of a zone succeeds in one pass, waiting on the webhook's
+//! refusals as it waits on a PodDisruptionBudget. While the operator is down nothing
+//! but the ingesters is held, and a per-stack switch lets a drain through a stuck zone.
 //!
 //! A watch on the ingesters checks, over the whole scenario, that no two zones ever had
 //! an ingester down at once.
@@ -30,8 +31,12 @@ const STACK: &str = "drain";
 type Evicted = std::result::Result<(), (u16, String)>;
 
 async fn evict(env: &Env, pod: &str) -> Result<Evicted> {
+    evict_in(env, NS, pod).await
+}
+
+async fn evict_in(env: &Env, ns: &str, pod: &str) -> Result<Evicted> {
     let client = client_without_retries(&env.cp.admin_kubeconfig).await?;
-    let pods: Api<Pod> = Api::namespaced(client, NS);
+    let pods: Api<Pod> = Api::namespaced(client, ns);
     match pods.evict(pod, &EvictParams::default()).await {
         Ok(_) => Ok(Ok(())),
         Err(kube::Error::Api(e)) => Ok(Err((e.code, e.message))),
@@ -41,12 +46,7 @@ async fn evict(env: &Env, pod: &str) -> Result<Evicted> {
 
 /// Evicts, retrying while the operator's leader is not ready to decide (just started).
 async fn evict_once_decided(env: &Env, pod: &str) -> Result<Evicted> {
-    eventually(&format!("a decision on evicting {pod}"), WAIT, || async {
-        let r = evict(env, pod).await?;
-        let undecided = matches!(&r, Err((429, m)) if m.contains("not the leader"));
-        Ok((!undecided).then_some(r))
-    })
-    .await
+    evict_once_decided_in(env, NS, pod).await
 }
 
 fn in_zone(zone_of: &BTreeMap<String, String>, zone: &str) -> Vec<String> {
@@ -58,15 +58,20 @@ fn in_zone(zone_of: &BTreeMap<String, String>, zone: &str) -> Vec<String> {
 }
 
 async fn all_ready(env: &Env) -> Result<()> {
+    all_ready_in(env, NS).await
+}
+
+async fn all_ready_in(env: &Env, ns: &str) -> Result<()> {
     eventually("all 6 ingesters Ready", WAIT, || async {
-        let now = ingesters_in(env, NS).await?;
+        let now = ingesters_in(env, ns).await?;
         Ok((now.len() == 6 && now.values().all(|(_, _, up)| *up)).then_some(()))
     })
     .await
 }
 
 /// The ingester budget allows a zone's share once the disruption webhook covers the
-/// namespace, and the disruption controller has counted it; the webhook fails closed.
+/// namespace, and the disruption controller has counted it; the webhook fails closed
+/// where it is scoped to the ingesters (1.28+), open where only by namespace.
 /// (Before 1.21 the server serves PodDisruptionBudgets as `policy/v1beta1` only.)
 async fn budget_and_configuration(env: &Env) -> Result<()> {
     let version = if env.minor >= 21 { "v1" } else { "v1beta1" };
@@ -90,8 +95,10 @@ async fn budget_and_configuration(env: &Env) -> Result<()> {
     let c = configs.get(names::WEBHOOK_DISRUPTION_CONFIGURATION).await?;
     let w = c.webhooks.unwrap_or_default();
     let w = w.first().context("no webhook in the configuration")?;
+    // The one assertion that adapts to the server: 1.20 has no matchConditions.
+    let policy = if env.minor >= 28 { "Fail" } else { "Ignore" };
     ensure!(
-        w.failure_policy.as_deref() == Some("Fail"),
+        w.failure_policy.as_deref() == Some(policy),
         "failure policy {:?}",
         w.failure_policy
     );
@@ -191,18 +198,7 @@ pub(super) async fn evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass(
     );
     all_ready(env).await?;
 
-    // 2. With the operator down, evictions of the stack's ingesters are refused.
-    env.stop_operator();
-    let down = evict(env, &c[0]).await?;
-    start_operator(env).await?;
-    match down {
-        Err((code, m)) if m.contains(names::WEBHOOK_ZONE_DISRUPTIONS) => {
-            println!("    operator down: refused with {code}")
-        }
-        other => bail!("evicting {} with the operator down: {other:?}", c[0]),
-    }
-
-    // 3. `kubectl drain` of every node of zone-b succeeds in one pass; a drain of zone-c
+    // 2. `kubectl drain` of every node of zone-b succeeds in one pass; a drain of zone-c
     //    meanwhile waits on the webhook's 429s (here until its timeout).
     let t = Instant::now();
     let out = drain(env, "zone-b", "180s").await;
@@ -286,4 +282,184 @@ async fn drained(env: &mut Env, out: &str, a: &[String], t: Instant) -> Result<(
         }
         other => bail!("evicting {} while zone-b is drained: {other:?}", a[0]),
     }
+}
+
+const OFF_NS: &str = "e2e-evictions-off";
+const OFF_STACK: &str = "off";
+
+/// The second stack of these scenarios, Ready with 2 ingesters per zone: created by the
+/// first scenario that needs it.
+async fn off_stack(env: &Env) -> Result<BTreeMap<String, String>> {
+    let stacks: Api<DynamicObject> = Api::namespaced_with(
+        env.admin.clone(),
+        OFF_NS,
+        &ApiResource::erase::<loki_zone_operator::model::api::LokiStack>(&()),
+    );
+    if Api::<k8s_openapi::api::core::v1::Namespace>::all(env.admin.clone())
+        .get_opt(OFF_NS)
+        .await?
+        .is_none()
+        || stacks.get_opt(OFF_STACK).await?.is_none()
+    {
+        return ready_stack_in(env, OFF_NS, OFF_STACK).await;
+    }
+    all_ready_in(env, OFF_NS).await?;
+    let now = ingesters_in(env, OFF_NS).await?;
+    Ok(now.into_iter().map(|(n, (_, z, _))| (n, z)).collect())
+}
+
+/// Issue 26 (c): with no replica of the operator answering, the webhook blocks nothing
+/// but what it guards. A querier in the stack's namespace is evicted. Where the server
+/// has `matchConditions` (1.28+) an ingester is refused; on older servers the
+/// configuration can only be scoped by namespace, so it fails open and the ingester
+/// budget alone decides (docs/zone-aware-replication.md says which versions are fully
+/// scoped).
+pub(super) async fn with_the_operator_stopped_only_ingesters_are_guarded(
+    env: &mut Env,
+) -> Result<()> {
+    let zone_of = off_stack(env).await?;
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), OFF_NS);
+    let selector = format!("{}=querier", names::LABEL_COMPONENT);
+    let querier = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .find_map(|p| p.metadata.name)
+        .context("no querier")?;
+    let ingester = in_zone(&zone_of, "zone-a")[0].clone();
+    env.stop_operator();
+    let result = async {
+        let q = evict_in(env, OFF_NS, &querier).await?;
+        ensure!(q == Ok(()), "evicting querier {querier} with the operator stopped: {q:?}");
+        let i = evict_in(env, OFF_NS, &ingester).await?;
+        match (env.minor >= 28, i) {
+            (true, Err((_, m))) if m.contains(names::WEBHOOK_ZONE_DISRUPTIONS) => {
+                println!("    operator stopped: querier evicted, ingester refused ({m})")
+            }
+            (false, Ok(())) => println!(
+                "    operator stopped on 1.{}: querier evicted; ingester {ingester} let through too (fail-open without matchConditions; its budget allowed it)",
+                env.minor
+            ),
+            (_, other) => bail!("evicting ingester {ingester} with the operator stopped: {other:?}"),
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    start_operator(env).await?;
+    result?;
+    all_ready_in(env, OFF_NS).await
+}
+
+/// Issue 26 (d): an ingester that cannot come back in zone-c (its zone cordoned, its
+/// replacement Pending on its volume) holds every other zone's ingesters. Annotating the
+/// stack `zone-aware-evictions=false` lets one go at once, without a restart; removing
+/// the annotation puts the guard back.
+pub(super) async fn the_per_stack_switch_lets_a_zone_go_while_another_is_down(
+    env: &mut Env,
+) -> Result<()> {
+    let zone_of = off_stack(env).await?;
+    let (a, b, c) = (
+        in_zone(&zone_of, "zone-a"),
+        in_zone(&zone_of, "zone-b"),
+        in_zone(&zone_of, "zone-c"),
+    );
+    let zone_c = env.sim.nodes_in_zone("zone-c").await?;
+    let mut args = vec!["cordon"];
+    args.extend(zone_c.iter().map(String::as_str));
+    kubectl(env, &args)?;
+    let result = stuck_zone_then_switch(env, &a, &b, &c).await;
+    switch(env, None).await?;
+    uncordon(env, "zone-c").await?;
+    result?;
+    all_ready_in(env, OFF_NS).await
+}
+
+async fn stuck_zone_then_switch(env: &Env, a: &[String], b: &[String], c: &[String]) -> Result<()> {
+    let r = evict_once_decided_in(env, OFF_NS, &c[0]).await?;
+    ensure!(r == Ok(()), "evicting {} in zone-c: {r:?}", c[0]);
+    eventually("zone-c's evicted ingester Pending", WAIT, || async {
+        let now = ingesters_in(env, OFF_NS).await?;
+        Ok(now.get(&c[0]).is_some_and(|(_, _, up)| !*up).then_some(()))
+    })
+    .await?;
+    let second_zone = |m: &str| m.contains("zone zone-c is disrupted");
+    match evict_in(env, OFF_NS, &a[0]).await? {
+        Err((429, m)) if second_zone(&m) => println!("    zone-c stuck, zone-a refused: {m}"),
+        other => bail!("evicting {} while zone-c is down: {other:?}", a[0]),
+    }
+    switch(env, Some("false")).await?;
+    let t = Instant::now();
+    eventually("zone-a evictable with the switch off", WAIT, || async {
+        match evict_in(env, OFF_NS, &a[0]).await? {
+            Ok(()) => Ok(Some(())),
+            Err((429, m)) if second_zone(&m) => Ok(None),
+            Err(other) => bail!("evicting {} with the switch off: {other:?}", a[0]),
+        }
+    })
+    .await?;
+    println!(
+        "    switched off: {} evicted {:.1?} after the annotation",
+        a[0],
+        t.elapsed()
+    );
+    let status =
+        Api::<loki_zone_operator::model::api::LokiStack>::namespaced(env.admin.clone(), OFF_NS);
+    eventually(
+        "the stack warning that zone-aware evictions are off",
+        WAIT,
+        || async {
+            let s = status.get(OFF_STACK).await?;
+            let w = s
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Warning");
+            Ok(
+                w.filter(|w| w.message.contains(names::ANNOTATION_ZONE_AWARE_EVICTIONS))
+                    .map(|_| ()),
+            )
+        },
+    )
+    .await?;
+    switch(env, None).await?;
+    // The budget may refuse while zone-a's ingester restarts; the webhook's own refusal
+    // names zone-c.
+    eventually(
+        "the guard back once the switch is removed",
+        WAIT,
+        || async {
+            match evict_in(env, OFF_NS, &b[0]).await? {
+                Err((429, m)) if second_zone(&m) => Ok(Some(())),
+                Err((429, _)) => Ok(None),
+                other => bail!("evicting {} with the switch removed: {other:?}", b[0]),
+            }
+        },
+    )
+    .await
+}
+
+async fn evict_once_decided_in(env: &Env, ns: &str, pod: &str) -> Result<Evicted> {
+    eventually(&format!("a decision on evicting {pod}"), WAIT, || async {
+        let r = evict_in(env, ns, pod).await?;
+        let undecided = matches!(&r, Err((429, m)) if m.contains("not the leader"));
+        Ok((!undecided).then_some(r))
+    })
+    .await
+}
+
+/// Sets (or with `None` removes) the per-stack switch on the second stack.
+async fn switch(env: &Env, value: Option<&str>) -> Result<()> {
+    let stacks: Api<loki_zone_operator::model::api::LokiStack> =
+        Api::namespaced(env.admin.clone(), OFF_NS);
+    let patch = serde_json::json!({"metadata": {"annotations": {names::ANNOTATION_ZONE_AWARE_EVICTIONS: value}}});
+    stacks
+        .patch(
+            OFF_STACK,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
 }
