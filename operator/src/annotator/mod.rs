@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -28,9 +28,10 @@ use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
 use crate::caches::reflectors::synced;
+use crate::caches::stacks;
 use crate::caches::strip::is_zone_aware;
 use crate::caches::taps::PodChange;
-use crate::checks::podzone::{decide, node_name, PodZone};
+use crate::checks::podzone::{decide, keys_not_allowed, node_name, PodZone};
 use crate::model::names;
 use crate::telemetry::metrics::Metrics;
 
@@ -53,6 +54,8 @@ struct Annotator {
     client: Client,
     pods: Store<Pod>,
     nodes: Store<Node>,
+    /// Whose topology keys alone are copied onto a stack's pods.
+    stacks: Store<DynamicObject>,
     recorder: Recorder,
     metrics: Arc<Metrics>,
     permits: Arc<Semaphore>,
@@ -71,6 +74,7 @@ struct Annotator {
 pub struct Inputs {
     pub pods: Store<Pod>,
     pub nodes: Store<Node>,
+    pub stacks: Store<DynamicObject>,
     pub pod_changes: UnboundedReceiver<PodChange>,
     pub node_changes: UnboundedReceiver<String>,
 }
@@ -84,6 +88,7 @@ impl Inputs {
         Inputs {
             pods: caches.zone_aware_pods.clone(),
             nodes: caches.nodes.clone(),
+            stacks: caches.stacks.clone(),
             pod_changes,
             node_changes,
         }
@@ -94,6 +99,7 @@ pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Ar
     let Inputs {
         pods,
         nodes,
+        stacks,
         mut pod_changes,
         mut node_changes,
     } = inputs;
@@ -102,6 +108,7 @@ pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Ar
         client,
         pods,
         nodes,
+        stacks,
         recorder,
         metrics,
         permits: Arc::new(Semaphore::new(CONCURRENCY)),
@@ -113,8 +120,8 @@ pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Ar
     };
     // A pod seen before its node would wait for a node event that the node cache's first
     // list does not send; so pods are looked at only once every node is known.
-    if !synced("nodes", &a.nodes).await {
-        warn!("node cache closed before it synced; the annotator stops");
+    if !synced("nodes", &a.nodes).await || !synced("stacks", &a.stacks).await {
+        warn!("node or stack cache closed before it synced; the annotator stops");
         return;
     }
     info!("pod zone annotator started");
@@ -171,6 +178,16 @@ impl Annotator {
     async fn consider(&mut self, pod: &Pod) {
         let r = ObjectRef::from_obj(pod);
         if self.in_flight.contains_key(&r) {
+            return;
+        }
+        let foreign = keys_not_allowed(pod, &stacks::keys_for_pod(&self.stacks, pod));
+        if !foreign.is_empty() && node_name(pod).is_some() {
+            let note = format!(
+                "the pod's {} annotation names {}, which are not topology keys of its LokiStack's spec.replication.zones; the operator copies no other node labels, so the pod gets no zone",
+                names::ANNOTATION_ZONE_LABELS,
+                foreign.join(", ")
+            );
+            self.report_once(pod, "ZoneKeysNotAllowed", note).await;
             return;
         }
         let node = node_name(pod).and_then(|n| self.nodes.get(&ObjectRef::new(n)));

@@ -6,6 +6,8 @@
 //! no stack in the cluster would reconcile. Here such an object is reported on its own
 //! status and every other stack goes on.
 
+use std::collections::BTreeSet;
+
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
@@ -14,6 +16,39 @@ use serde_json::{json, Value};
 use crate::model::api::LokiStack;
 use crate::model::conditions::{status_str, ConditionType, Reason};
 use crate::model::names;
+
+/// The node labels a zone-aware stack's pods may have copied onto them: the topology
+/// keys of `spec.replication.zones`, and those its write path still spreads over while
+/// zones are turned off (`status.zoneAwareness.zones`).
+pub fn topology_keys(obj: &DynamicObject) -> BTreeSet<String> {
+    ["/spec/replication/zones", "/status/zoneAwareness/zones"]
+        .iter()
+        .filter_map(|p| obj.data.pointer(p).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|z| z.get("topologyKey").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The topology keys ([`topology_keys`]) of the stack a pod belongs to (by its
+/// instance label, in its namespace); empty when that stack is not in the cache.
+pub fn keys_for_pod(
+    stacks: &kube::runtime::reflector::Store<DynamicObject>,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> BTreeSet<String> {
+    let stack = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(names::LABEL_INSTANCE));
+    match (stack, pod.metadata.namespace.as_deref()) {
+        (Some(stack), Some(ns)) => stacks
+            .get(&ObjectRef::new_with(stack, resource()).within(ns))
+            .map(|s| topology_keys(&s))
+            .unwrap_or_default(),
+        _ => BTreeSet::new(),
+    }
+}
 
 pub fn resource() -> ApiResource {
     let gvk = GroupVersionKind::gvk(names::GROUP, names::VERSION, names::KIND);
@@ -120,6 +155,20 @@ mod tests {
         let mut obj = DynamicObject::new("s", &resource()).within("ns");
         obj.data = json!({"spec": spec, "status": {"observedGeneration": 3}});
         obj
+    }
+
+    /// A stack's pods may carry the keys of its zones, and while zones are turned off,
+    /// those its write path still spreads over.
+    #[test]
+    fn topology_keys_come_from_the_spec_and_the_zone_switch() {
+        let mut obj = stored(json!({"replication": {"zones": [{"topologyKey": "zone"}]}}));
+        obj.data["status"]["zoneAwareness"] =
+            json!({"stage": "Disabling", "zones": [{"topologyKey": "rack", "maxSkew": 1}]});
+        assert_eq!(
+            topology_keys(&obj),
+            BTreeSet::from(["rack".to_string(), "zone".to_string()])
+        );
+        assert!(topology_keys(&stored(json!({}))).is_empty());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! What the pod annotator does for one zone-aware pod, given its node.
 //! Pure, so the annotator and the status computation agree and both are tested offline.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::checks::zones::{zone_of, ZoneLabelError};
@@ -39,6 +41,16 @@ pub fn pod_keys(pod: &Pod) -> Vec<&str> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The pod's topology keys that are not among `allowed` (its stack's): a pod may name any
+/// node labels in its annotation, but only the stack's topology keys are ever copied
+/// onto it, so no pod reads other node labels through the operator.
+pub fn keys_not_allowed<'a>(pod: &'a Pod, allowed: &BTreeSet<String>) -> Vec<&'a str> {
+    pod_keys(pod)
+        .into_iter()
+        .filter(|k| !allowed.contains(*k))
+        .collect()
 }
 
 pub fn pod_zone_annotation(pod: &Pod) -> Option<&str> {
@@ -159,5 +171,17 @@ mod tests {
             decide(&pod(Some("n1"), Some(&two), None), Some(&none)),
             PodZone::NodeLabel(ZoneLabelError::Missing(ZONE.into()))
         );
+    }
+
+    /// Only the stack's keys are ever copied: a pod naming another node label is told so.
+    #[test]
+    fn keys_outside_the_stack_s_are_named() {
+        let two = format!("{ZONE},{RACK}");
+        let p = pod(Some("n1"), Some(&two), None);
+        let stack: BTreeSet<String> = [ZONE.to_string()].into();
+        assert_eq!(keys_not_allowed(&p, &stack), [RACK]);
+        let both: BTreeSet<String> = [ZONE.to_string(), RACK.to_string()].into();
+        assert!(keys_not_allowed(&p, &both).is_empty());
+        assert_eq!(keys_not_allowed(&p, &BTreeSet::new()), [ZONE, RACK]);
     }
 }

@@ -31,6 +31,7 @@ use super::tls::{self, CertSlot};
 use super::{WebhookConfig, WebhookMode};
 use crate::caches::reflectors::{synced, Caches};
 use crate::caches::stacks;
+use crate::checks::podzone::keys_not_allowed;
 use crate::model::names;
 use crate::telemetry::metrics::Metrics;
 
@@ -182,6 +183,14 @@ impl Hook {
         };
         let node =
             binding::target_node(binding).and_then(|n| self.caches.nodes.get(&ObjectRef::new(n)));
+        // Only the stack's topology keys are copied; the annotator reports any other.
+        if let Some(p) = pod.as_deref().filter(|p| {
+            !keys_not_allowed(p, &stacks::keys_for_pod(&self.caches.stacks, p)).is_empty()
+        }) {
+            Metrics::count(&self.metrics.webhook_bindings, "keys_not_allowed", 1);
+            debug!(pod = %p.name_any(), namespace = %namespace, "binding left unchanged: the pod names node labels that are not its stack's topology keys");
+            return allowed;
+        }
         let decision = binding::decide(binding, pod.as_deref(), node.as_deref());
         Metrics::count(&self.metrics.webhook_bindings, decision.result(), 1);
         let BindDecision::Zone(zone) = decision else {
