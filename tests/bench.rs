@@ -87,7 +87,8 @@ fn zone_aware_pod(name: &str) -> Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {
             "name": name,
-            "labels": {"loki.grafana.com/zone-aware": "enabled", "bench": "annotate"},
+            // The operator copies onto a pod only its stack's topology keys.
+            "labels": {"loki.grafana.com/zone-aware": "enabled", "app.kubernetes.io/instance": "bench", "bench": "annotate"},
             "annotations": {"loki.grafana.com/availability-zone-labels": ZONE},
         },
         "spec": {
@@ -263,6 +264,7 @@ async fn run() -> Result<Vec<Row>> {
         op.wait_ready(Duration::from_secs(60)).await?;
         let ns = "bench-annotate";
         namespace_with_storage_secret(&admin, ns).await?;
+        unmanaged_zoned_stack(&admin, ns).await?;
         let seen = watch_pods(&admin, ns);
         let from = audit_len(&cp);
         create_pods(&admin, ns, "live").await?;
@@ -768,6 +770,17 @@ fn main() -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
+/// The zone-aware stack "bench" whose pods [`zone_aware_pod`] makes: Unmanaged, so the
+/// operator writes nothing else in `ns`.
+async fn unmanaged_zoned_stack(admin: &Client, ns: &str) -> Result<()> {
+    let mut s = stack("bench", "1x.demo", true)?;
+    s.spec.management_state = loki_zone_operator::model::api::ManagementState::Unmanaged;
+    Api::<LokiStack>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await?;
+    Ok(())
+}
+
 /// A pod no operator zones: the bare bind-time client of [`bind_time_floor`] does.
 fn floor_pod(name: &str) -> Result<Pod> {
     let mut p = zone_aware_pod(name)?;
@@ -863,11 +876,7 @@ fn bind_rows(rows: &mut Vec<Row>, label: &str, m: &BindPath) {
 async fn webhook_path(admin: &Client, cp: &ControlPlane) -> Result<BindPath> {
     let ns = "bench-bind";
     namespace_with_storage_secret(admin, ns).await?;
-    let mut s = stack("bench", "1x.demo", true)?;
-    s.spec.management_state = loki_zone_operator::model::api::ManagementState::Unmanaged;
-    Api::<LokiStack>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &s)
-        .await?;
+    unmanaged_zoned_stack(admin, ns).await?;
     let configs: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(admin.clone());
     eventually(

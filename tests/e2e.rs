@@ -647,6 +647,23 @@ async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
 async fn pods_created_while_down_are_annotated_on_start(env: &mut Env) -> Result<()> {
     let ns = "e2e-restart";
     namespace(env, ns).await?;
+    // The stack the pods claim to belong to: only its topology keys are copied onto
+    // them. Its storage Secret is absent, so it is held back and creates no pods.
+    let mut stack = stack_json(
+        "restart",
+        "1x.demo",
+        json!({"factor": 1, "zones": [{"topologyKey": ZONE}]}),
+    );
+    stack["spec"]["storage"]["secret"]["name"] = json!("absent");
+    create_stack(env, ns, stack).await?;
+    wait_condition(
+        env,
+        ns,
+        "restart",
+        "Degraded",
+        Some("MissingObjectStorageSecret"),
+    )
+    .await?;
     env.stop_operator();
     let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
     // Enough pods that the annotator sees them before the node cache has listed,
@@ -655,7 +672,7 @@ async fn pods_created_while_down_are_annotated_on_start(env: &mut Env) -> Result
         let p: Pod = serde_json::from_value(json!({
             "metadata": {
                 "name": format!("zone-aware-{i}"),
-                "labels": {"loki.grafana.com/zone-aware": "enabled"},
+                "labels": {"loki.grafana.com/zone-aware": "enabled", "app.kubernetes.io/instance": "restart"},
                 "annotations": {"loki.grafana.com/availability-zone-labels": ZONE},
             },
             "spec": {
@@ -1009,20 +1026,17 @@ async fn storage_secret_errors_are_reported_and_fixing_the_secret_applies(
     Ok(())
 }
 
-/// 13. A pod on a node that lacks a topology label waits without a zone, is named in
-/// its stack's status, and gets its zone as soon as the node is labelled.
-async fn pod_on_unlabelled_node_is_named_then_annotated_when_labelled(env: &mut Env) -> Result<()> {
-    const BAY: &str = "e2e.loki-zone-operator.dev/bay";
-    let (ns, stack) = ("e2e-demo", "demo");
-    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
-    let p: Pod = serde_json::from_value(json!({
+/// A zone-aware pod of `stack` bound to node-zone-b-1 that names `keys` as its
+/// topology keys.
+fn zone_aware_pod(name: &str, stack: &str, keys: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
         "metadata": {
-            "name": "waiting-for-bay",
+            "name": name,
             "labels": {
                 "app.kubernetes.io/name": "lokistack", "app.kubernetes.io/instance": stack,
                 "app.kubernetes.io/component": "querier", "loki.grafana.com/zone-aware": "enabled",
             },
-            "annotations": {"loki.grafana.com/availability-zone-labels": BAY},
+            "annotations": {"loki.grafana.com/availability-zone-labels": keys},
         },
         "spec": {
             "nodeName": "node-zone-b-1",
@@ -1030,8 +1044,32 @@ async fn pod_on_unlabelled_node_is_named_then_annotated_when_labelled(env: &mut 
             "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-operator:e2e"}],
             "containers": [{"name": "c", "image": "busybox"}],
         },
-    }))?;
-    pods.create(&PostParams::default(), &p).await?;
+    }))?)
+}
+
+/// 13. A pod on a node that lacks a topology label waits without a zone, is named in
+/// its stack's status, and gets its zone as soon as the node is labelled. A pod that
+/// names node labels that are not its stack's topology keys never gets them copied.
+async fn pod_on_unlabelled_node_is_named_then_annotated_when_labelled(env: &mut Env) -> Result<()> {
+    const BAY: &str = "e2e.loki-zone-operator.dev/bay";
+    let (ns, stack) = ("e2e-bay", "bay");
+    namespace(env, ns).await?;
+    // Zoned by a key no node has yet: held back (ZoneLabelMissing), it creates nothing.
+    create_stack(
+        env,
+        ns,
+        stack_json(stack, "1x.demo", json!({"zones": [{"topologyKey": BAY}]})),
+    )
+    .await?;
+    wait_condition(env, ns, stack, "Degraded", Some("ZoneLabelMissing")).await?;
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    pods.create(
+        &PostParams::default(),
+        &zone_aware_pod("waiting-for-bay", stack, BAY)?,
+    )
+    .await?;
+    let foreign = zone_aware_pod("foreign-keys", stack, "kubernetes.io/hostname")?;
+    pods.create(&PostParams::default(), &foreign).await?;
     let s = wait_condition(env, ns, stack, "Warning", Some("PodZoneUnknown")).await?;
     let msg = &condition(&s, "Warning").context("warning")?.message;
     ensure!(
@@ -1068,9 +1106,46 @@ async fn pod_on_unlabelled_node_is_named_then_annotated_when_labelled(env: &mut 
         },
     )
     .await?;
-    pods.delete("waiting-for-bay", &DeleteParams::default())
+    foreign_keys_are_never_copied(env, ns).await?;
+    Api::<LokiStack>::namespaced(env.admin.clone(), ns)
+        .delete(stack, &DeleteParams::default())
         .await?;
-    wait_condition(env, ns, stack, "Ready", Some("ReadyComponents")).await?;
+    for p in ["waiting-for-bay", "foreign-keys"] {
+        pods.delete(p, &DeleteParams::default()).await?;
+    }
+    env.sim.relabel("node-zone-b-1", BAY, None).await?;
+    Ok(())
+}
+
+/// The pod that names `kubernetes.io/hostname` (not a key of its stack) is bound to a
+/// node that has it, yet has no zone, and an Event says why.
+async fn foreign_keys_are_never_copied(env: &Env, ns: &str) -> Result<()> {
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.admin.clone(), ns);
+    eventually(
+        "the ZoneKeysNotAllowed Event on foreign-keys",
+        WAIT,
+        || async {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .find(|e| {
+                    e.involved_object.name.as_deref() == Some("foreign-keys")
+                        && e.reason.as_deref() == Some("ZoneKeysNotAllowed")
+                })
+                .map(|e| e.message.clone().unwrap_or_default()))
+        },
+    )
+    .await?;
+    let p = Api::<Pod>::namespaced(env.admin.clone(), ns)
+        .get("foreign-keys")
+        .await?;
+    ensure!(
+        !p.annotations()
+            .contains_key("loki.grafana.com/availability-zone"),
+        "a node label that is not the stack's topology key was copied: {:?}",
+        p.annotations()
+    );
     Ok(())
 }
 

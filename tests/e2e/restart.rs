@@ -303,7 +303,7 @@ fn zone_aware_pod(name: &str) -> Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {
             "name": name,
-            "labels": {names::LABEL_ZONE_AWARE: names::LABEL_ZONE_AWARE_VALUE},
+            "labels": {names::LABEL_ZONE_AWARE: names::LABEL_ZONE_AWARE_VALUE, names::LABEL_INSTANCE: STACK},
             "annotations": {names::ANNOTATION_ZONE_LABELS: ZONE},
         },
         "spec": {

@@ -105,13 +105,17 @@ fn audit_len(env: &Env) -> usize {
     std::fs::metadata(env.cp.dir.join("audit.log")).map_or(0, |m| m.len() as usize)
 }
 
-/// A bare zone-aware pod named like a pod of stack `STACK`, as the webhook's match
-/// conditions (1.30+) expect.
+/// A bare zone-aware pod of stack `STACK`, named like its pods, as the webhook's match
+/// conditions (1.30+) expect; only its stack's topology keys are ever copied onto it.
 fn zone_aware_pod(name: &str) -> Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {
             "name": name,
-            "labels": {names::LABEL_ZONE_AWARE: names::LABEL_ZONE_AWARE_VALUE, "e2e": "bind"},
+            "labels": {
+                names::LABEL_ZONE_AWARE: names::LABEL_ZONE_AWARE_VALUE,
+                names::LABEL_INSTANCE: STACK,
+                "e2e": "bind",
+            },
             "annotations": {names::ANNOTATION_ZONE_LABELS: ZONE},
         },
         "spec": {
@@ -197,6 +201,18 @@ pub async fn pods_are_zoned_in_the_event_that_binds_them(env: &mut Env) -> Resul
         "failurePolicy {:?}",
         hook.failure_policy
     );
+    // Owned by the install's ClusterRole: an uninstall takes the configuration along.
+    let role = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(env.admin.clone())
+        .get(names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE)
+        .await?;
+    let owners = config.metadata.owner_references.clone().unwrap_or_default();
+    ensure!(
+        owners
+            .iter()
+            .any(|o| o.kind == "ClusterRole" && Some(&o.uid) == role.metadata.uid.as_ref()),
+        "the configuration is not owned by ClusterRole {}: {owners:?}",
+        names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE
+    );
     // The stack's pods: wait for the zone-aware ones to be bound and zoned.
     let pods: Api<Pod> = Api::namespaced(env.admin.clone(), NS);
     let zone_aware = format!(
@@ -239,8 +255,9 @@ pub async fn pods_are_zoned_in_the_event_that_binds_them(env: &mut Env) -> Resul
     Ok(())
 }
 
-/// 32. A namespace that holds no zone-aware stack never reaches the webhook: its
-/// zone-aware pods are zoned by the annotator, and no binding there was sent to us.
+/// 32. A namespace that holds no zone-aware stack never reaches the webhook, and pods
+/// there that claim to be a stack's zone-aware pods get no node label copied: no
+/// binding there was sent to us, and the annotator says why it leaves them.
 pub async fn a_namespace_without_zone_aware_stacks_never_reaches_the_webhook(
     env: &mut Env,
 ) -> Result<()> {
@@ -249,11 +266,36 @@ pub async fn a_namespace_without_zone_aware_stacks_never_reaches_the_webhook(
     let seen = watch_first_bound(env, ns, "e2e=bind");
     let from = audit_len(env);
     let pods = create_pods(env, ns, STACK, 3).await?;
-    let first = wait_zoned(&seen, env, ns, &pods).await?;
-    ensure!(
-        first.values().all(|z| !z),
-        "zoned at bind outside a covered namespace: {first:?}"
-    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.admin.clone(), ns);
+    eventually("every pod bound and told it gets no zone", WAIT, || async {
+        let told: Vec<String> = events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("ZoneKeysNotAllowed"))
+            .filter_map(|e| e.involved_object.name)
+            .collect();
+        let first = snapshot(&seen);
+        Ok(pods
+            .iter()
+            .all(|p| first.contains_key(p) && told.contains(p))
+            .then_some(()))
+    })
+    .await?;
+    let api: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    for p in &pods {
+        let zone = api
+            .get(p)
+            .await?
+            .annotations()
+            .get(names::ANNOTATION_ZONE)
+            .cloned();
+        ensure!(
+            zone.is_none(),
+            "{p} got zone {zone:?} without a zone-aware stack"
+        );
+    }
     let audited = audited_bindings(env, ns, from);
     ensure!(audited.len() >= pods.len(), "bindings audited: {audited:?}");
     let called: Vec<_> = audited.iter().filter(|(_, h)| h.is_some()).collect();

@@ -137,6 +137,8 @@ pub fn zone_file_path() -> String {
 /// The pods/binding webhook: the configuration the operator keeps current (with
 /// `make deploy`; with OLM the bundle declares it), the one webhook in it, and the path.
 pub const WEBHOOK_CONFIGURATION: &str = "loki-zone-operator-zone-at-bind";
+/// The install's ClusterRole for the two webhook configurations, which owns them.
+pub const WEBHOOK_CONFIGURATION_CLUSTER_ROLE: &str = "loki-zone-operator-webhook-configuration";
 pub const WEBHOOK_ZONE_AT_BIND: &str = "zone-at-bind.loki.grafana.com";
 pub const WEBHOOK_PATH_ZONE_AT_BIND: &str = "/zone-at-bind";
 /// The pods/eviction webhook (zone-aware disruptions): its configuration, kept by the

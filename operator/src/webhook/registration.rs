@@ -16,7 +16,10 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
     ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, OwnerReference,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::ClusterResourceScope;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
@@ -464,15 +467,17 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
     if !crate::caches::reflectors::synced("stacks (webhook configuration)", &k.stacks).await {
         return;
     }
+    let mut owner = install_owner(&k.client).await;
     loop {
         let bundle = k.ca_bundle.borrow_and_update().clone();
         if let Some(bundle) = bundle {
-            let want = C::want(
+            let mut want = C::want(
                 &k.target,
                 &bundle,
                 &zone_aware_stacks(&k.stacks),
                 k.match_conditions,
             );
+            want.meta_mut().owner_references = owner.clone().map(|o| vec![o]);
             if let Some(last) = applied
                 .as_ref()
                 .filter(|_| checked.elapsed() >= REPAIR_EVERY)
@@ -480,6 +485,8 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
                 checked = Instant::now();
                 if changed_elsewhere(&api, last).await {
                     applied = None;
+                    // Deleted with a replaced owner, perhaps: the next apply names the new one.
+                    owner = install_owner(&k.client).await;
                 }
             }
             if applied.as_ref() != Some(&want) {
@@ -503,6 +510,29 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
             _ = tokio::time::sleep(EVERY) => {}
             _ = k.ca_bundle.changed() => {}
             _ = k.feed.wake.notified() => {}
+        }
+    }
+}
+
+/// The install's ClusterRole that grants the rights on the webhook configurations, as
+/// their owner: removing the install (`kubectl delete -k`, an uninstall that forgets
+/// `make undeploy`) then has the garbage collector remove them, so no fail-closed
+/// configuration outlives the operator that answers it. `None` (logged) when it cannot
+/// be read: the configurations are then kept without an owner.
+async fn install_owner(client: &Client) -> Option<OwnerReference> {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    match roles.get(names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE).await {
+        Ok(role) => Some(OwnerReference {
+            api_version: "rbac.authorization.k8s.io/v1".into(),
+            kind: "ClusterRole".into(),
+            name: role.name_any(),
+            uid: role.uid()?,
+            controller: None,
+            block_owner_deletion: None,
+        }),
+        Err(e) => {
+            warn!(error = %e, role = names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE, "cannot read the install's ClusterRole: the webhook configurations get no owner, and outlive an uninstall that skips `make undeploy`");
+            None
         }
     }
 }
