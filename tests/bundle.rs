@@ -492,6 +492,78 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
     assert!(loki_zone_operator::caches::scope::Scope::parse(placeholder).is_err());
 }
 
+/// The zone-outage recovery in the namespaced mode: the same rules as the component's
+/// ClusterRole, as a Role in each watched namespace that opts in, bound to the operator;
+/// nothing cluster-wide and nothing elsewhere.
+#[test]
+fn namespaced_recovery_rights_are_roles_in_the_watched_namespaces() {
+    const RECOVERY: &str = "loki-zone-operator-zone-outage-recovery";
+    let component = scratch("recovery-cluster-wide");
+    write_overlay(&component, &["zone-outage-recovery"], "").expect("overlay");
+    let cluster_wide = kustomize(&component).expect("kustomize");
+    let cluster_rules = &bundle::named(&cluster_wide, "ClusterRole", RECOVERY)
+        .expect("the component's ClusterRole")["rules"];
+    let role_file = yaml(&read(
+        "manifests/watched-namespace/zone-outage-recovery/role.yaml",
+    ));
+    assert_eq!(
+        &role_file["rules"], cluster_rules,
+        "the per-namespace Role and the component's ClusterRole differ"
+    );
+
+    let dir = scratch("recovery-namespaced");
+    bundle::write_namespaced_overlay_with(
+        &dir,
+        &["team-a", "team-b"],
+        &["watched-namespace/zone-outage-recovery"],
+        "",
+    )
+    .expect("overlay");
+    let objects = kustomize(&dir).expect("kustomize");
+    for o in &objects {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        if kind == "ClusterRole" || kind == "ClusterRoleBinding" {
+            assert_ne!(
+                o["metadata"]["name"], RECOVERY,
+                "{kind} in the namespaced mode"
+            );
+            if kind == "ClusterRole" {
+                for (_, res, _) in rule_resources(&o["rules"]) {
+                    assert_ne!(res, "persistentvolumeclaims", "{kind} grants claims");
+                }
+            }
+        }
+    }
+    for ns in ["team-a", "team-b"] {
+        let named_in = |kind: &str| {
+            objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == kind
+                        && o["metadata"]["name"] == RECOVERY
+                        && o["metadata"]["namespace"] == ns
+                })
+                .unwrap_or_else(|| panic!("no {kind} {RECOVERY} in {ns}"))
+        };
+        assert_eq!(&named_in("Role")["rules"], cluster_rules, "{ns}");
+        let rb = named_in("RoleBinding");
+        assert_eq!(
+            rb["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RECOVERY})
+        );
+        assert_eq!(
+            rb["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "loki-zone-operator", "namespace": BASE_NAMESPACE}])
+        );
+    }
+    // Claims: read by name and deleted, never listed or watched, in both forms.
+    for (_, res, verbs) in rule_resources(cluster_rules) {
+        if res == "persistentvolumeclaims" {
+            assert_eq!(verbs, vec!["get", "delete"]);
+        }
+    }
+}
+
 #[test]
 fn owned_crds_match_the_bundle_crd_files() {
     let csv = csv();

@@ -378,6 +378,17 @@ fn relative(from: &Path, to: &Path) -> String {
 /// namespace instantiating `manifests/watched-namespace` there, and WATCH_NAMESPACES
 /// set to them; `body` is appended to the top kustomization (e.g. `namePrefix:`).
 pub fn write_namespaced_overlay(dir: &Path, namespaces: &[&str], body: &str) -> Result<()> {
+    write_namespaced_overlay_with(dir, namespaces, &[], body)
+}
+
+/// [`write_namespaced_overlay`], each watched namespace's kustomization also naming the
+/// directories `extra` of `manifests/` (e.g. `watched-namespace/zone-outage-recovery`).
+pub fn write_namespaced_overlay_with(
+    dir: &Path,
+    namespaces: &[&str],
+    extra: &[&str],
+    body: &str,
+) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let dir = dir.canonicalize()?;
     let manifests = repo_root().join("manifests").canonicalize()?;
@@ -386,10 +397,11 @@ pub fn write_namespaced_overlay(dir: &Path, namespaces: &[&str], body: &str) -> 
         let sub = dir.join(ns);
         std::fs::create_dir_all(&sub)?;
         let rel = relative(&sub, &manifests);
-        std::fs::write(
-            sub.join("kustomization.yaml"),
-            format!("namespace: {ns}\nresources:\n- {rel}/watched-namespace\n"),
-        )?;
+        let mut text = format!("namespace: {ns}\nresources:\n- {rel}/watched-namespace\n");
+        for e in extra {
+            text.push_str(&format!("- {rel}/{e}\n"));
+        }
+        std::fs::write(sub.join("kustomization.yaml"), text)?;
         resources.push_str(&format!("- {ns}\n"));
     }
     let patch = format!(
