@@ -444,6 +444,11 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
                         "validatingwebhookconfigurations",
                         loki_zone_operator::model::names::WEBHOOK_DISRUPTION_CONFIGURATION
                     ),
+                    // Itself, read by name: the owner of both configurations.
+                    one(
+                        "clusterroles",
+                        loki_zone_operator::model::names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE
+                    ),
                 ]
             );
             continue;
