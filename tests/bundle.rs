@@ -277,6 +277,18 @@ fn rule_resources(rules: &Value) -> Vec<(String, String, Vec<String>)> {
         .collect()
 }
 
+/// The rules of every `permissions` entry of the CSV (OLM makes a Role of each).
+fn csv_permission_rules(install: &Value) -> Value {
+    Value::Array(
+        install["permissions"]
+            .as_array()
+            .expect("permissions")
+            .iter()
+            .flat_map(|p| p["rules"].as_array().cloned().expect("rules"))
+            .collect(),
+    )
+}
+
 const CLUSTER_SCOPED_READS: [&str; 4] = [
     "nodes",
     "persistentvolumes",
@@ -300,7 +312,7 @@ fn csv_splits_namespaced_rights_from_cluster_reads() {
     }
     // permissions: every namespaced right; no cluster-scoped kind (OLM would make it a
     // Role, where it grants nothing).
-    let namespaced = rule_resources(&install["permissions"][0]["rules"]);
+    let namespaced = rule_resources(&csv_permission_rules(install));
     for (_, res, _) in &namespaced {
         assert!(!CLUSTER_SCOPED_READS.contains(&res.as_str()), "{res}");
     }
@@ -321,6 +333,99 @@ fn csv_splits_namespaced_rights_from_cluster_reads() {
         assert!(has(res, verb), "permissions lack {verb} {res}");
     }
     assert!(!has("secrets", "list") && !has("secrets", "watch"));
+}
+
+/// The Lease the operator leads on: the default of its `--lease-name` (env LEASE_NAME),
+/// read from operator/src/main.rs so that a changed default fails here.
+fn default_lease_name() -> String {
+    let main = read("operator/src/main.rs");
+    let line = main
+        .lines()
+        .find(|l| l.contains("env = \"LEASE_NAME\""))
+        .expect("the LEASE_NAME argument in operator/src/main.rs");
+    let (_, rest) = line
+        .split_once("default_value = \"")
+        .expect("a default_value on the LEASE_NAME line");
+    rest.split('"').next().unwrap_or_default().to_string()
+}
+
+/// Lease rules grant `get` and `update` on the operator's own Lease only, by name, and
+/// `create` (which cannot be limited to a name) alone; nothing else on Leases.
+fn leases_only_by_name(what: &str, rules: &Value, lease: &str) {
+    let mut by_name = BTreeSet::new();
+    let mut create = false;
+    for r in rules.as_array().expect("rules") {
+        if !strs(&r["resources"]).contains(&"leases") {
+            continue;
+        }
+        assert_eq!(strs(&r["apiGroups"]), vec!["coordination.k8s.io"], "{what}");
+        assert_eq!(strs(&r["resources"]), vec!["leases"], "{what}: {r}");
+        let verbs = strs(&r["verbs"]);
+        if verbs == vec!["create"] && r.get("resourceNames").is_none() {
+            create = true;
+            continue;
+        }
+        assert_eq!(
+            strs(&r["resourceNames"]),
+            vec![lease],
+            "{what}: a Lease rule not limited to the operator's Lease: {r}"
+        );
+        for v in verbs {
+            assert!(["get", "update"].contains(&v), "{what}: {v} on leases");
+            by_name.insert(v);
+        }
+    }
+    assert_eq!(by_name, BTreeSet::from(["get", "update"]), "{what}");
+    assert!(create, "{what}: no create on leases");
+}
+
+#[test]
+fn leases_are_the_operators_own_by_name_in_every_install() {
+    let lease = default_lease_name();
+    assert_eq!(lease, "loki-zone-operator");
+    let base = kustomize_operator().expect("kustomize");
+    let role = bundle::named(&base, "Role", bundle::LEADER_ELECTION_ROLE).expect("Role");
+    leases_only_by_name("the leader-election Role", &role["rules"], &lease);
+    // No other Role or ClusterRole of any install mentions Leases.
+    let dir = scratch("leases-namespaced");
+    bundle::write_namespaced_overlay(&dir, &["team-a"], "").expect("overlay");
+    for objects in [base.clone(), kustomize(&dir).expect("kustomize")] {
+        for o in objects
+            .iter()
+            .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
+        {
+            let mentions = rule_resources(&o["rules"])
+                .iter()
+                .any(|(_, res, _)| res == "leases");
+            assert_eq!(
+                mentions,
+                o["metadata"]["name"] == bundle::LEADER_ELECTION_ROLE,
+                "{} {}",
+                o["kind"],
+                o["metadata"]["name"]
+            );
+        }
+    }
+    // The CSV: the Lease rules are `permissions` (a Role in the operator's namespace; in
+    // AllNamespaces mode OLM lifts every permission to a ClusterRole, and the names still
+    // keep other Leases, such as kube-system's and the nodes', out of reach), a Role of
+    // their own, and never `clusterPermissions`.
+    let csv = csv();
+    let install = &csv["spec"]["install"]["spec"];
+    let cluster = rule_resources(&install["clusterPermissions"][0]["rules"]);
+    assert!(cluster.iter().all(|(_, res, _)| res != "leases"));
+    let permissions = install["permissions"].as_array().expect("permissions");
+    let with_leases: Vec<&Value> = permissions
+        .iter()
+        .filter(|p| {
+            rule_resources(&p["rules"])
+                .iter()
+                .any(|(_, res, _)| res == "leases")
+        })
+        .collect();
+    assert_eq!(with_leases.len(), 1, "one permissions entry for the Lease");
+    assert_eq!(with_leases[0]["rules"], role["rules"]);
+    leases_only_by_name("the CSV", &csv_permission_rules(install), &lease);
 }
 
 /// The Role of the zone-at-bind webhook's certificate (kustomize installs only; OLM
@@ -369,10 +474,7 @@ fn secrets_are_only_read_by_name_in_every_install() {
                 })
         })
         .collect();
-    rules.push((
-        "CSV permissions".into(),
-        install["permissions"][0]["rules"].clone(),
-    ));
+    rules.push(("CSV permissions".into(), csv_permission_rules(install)));
     rules.push((
         "CSV clusterPermissions".into(),
         install["clusterPermissions"][0]["rules"].clone(),
@@ -944,30 +1046,46 @@ fn csv_install_equals_the_kustomize_install() {
         install["clusterPermissions"][0]["rules"],
         cluster_role(bundle::CLUSTER_READER)["rules"]
     );
-    let mut permissions = cluster_role(bundle::NAMESPACED_RULES)["rules"]
+    // The namespaced rules, then the leader-election Role: each a Role of its own.
+    let lease_role = bundle::named(&objects, "Role", bundle::LEADER_ELECTION_ROLE)
+        .expect("Role")
+        .clone();
+    let permissions: Vec<&Value> = install["permissions"]
         .as_array()
-        .cloned()
-        .expect("rules");
-    permissions.extend(get("Role")["rules"].as_array().cloned().expect("rules"));
+        .expect("permissions")
+        .iter()
+        .map(|p| &p["rules"])
+        .collect();
     assert_eq!(
-        install["permissions"][0]["rules"],
-        Value::Array(permissions)
+        permissions,
+        vec![
+            &cluster_role(bundle::NAMESPACED_RULES)["rules"],
+            &lease_role["rules"]
+        ]
     );
     assert_eq!(
         install["deployments"][0]["spec"],
         bundle::olm_deployment_spec(&get("Deployment")).expect("deployment")
     );
-    assert_eq!(
-        install["permissions"][0]["serviceAccountName"],
-        get("ServiceAccount")["metadata"]["name"]
-    );
+    for p in install["permissions"].as_array().expect("permissions") {
+        assert_eq!(
+            p["serviceAccountName"],
+            get("ServiceAccount")["metadata"]["name"]
+        );
+    }
     assert_eq!(
         install["clusterPermissions"][0]["serviceAccountName"],
         get("ServiceAccount")["metadata"]["name"]
     );
     // operator-sdk warns when an operator may create CRDs: OLM manages those.
-    for perms in ["clusterPermissions", "permissions"] {
-        for rule in install[perms][0]["rules"].as_array().expect("rules") {
+    for (perms, rules) in [
+        (
+            "clusterPermissions",
+            install["clusterPermissions"][0]["rules"].clone(),
+        ),
+        ("permissions", csv_permission_rules(install)),
+    ] {
+        for rule in rules.as_array().expect("rules") {
             let crds = strs(&rule["apiGroups"]).contains(&"apiextensions.k8s.io");
             let writes = strs(&rule["verbs"])
                 .iter()

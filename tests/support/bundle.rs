@@ -131,9 +131,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
     let deployment = find("Deployment")?;
     let cluster_reader = named(&objects, "ClusterRole", CLUSTER_READER)?;
     let namespaced = named(&objects, "ClusterRole", NAMESPACED_RULES)?;
-    let role = named(&objects, "Role", LEADER_ELECTION_ROLE)?;
-    let mut permissions = namespaced["rules"].as_array().cloned().unwrap_or_default();
-    permissions.extend(role["rules"].as_array().cloned().unwrap_or_default());
+    let lease_role = named(&objects, "Role", LEADER_ELECTION_ROLE)?;
     let service_account = find("ServiceAccount")?;
     let sa = service_account["metadata"]["name"].clone();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -226,7 +224,11 @@ pub fn files() -> Result<Vec<(String, String)>> {
             }]},
             "install": {"strategy": "deployment", "spec": {
                 "clusterPermissions": [{"serviceAccountName": sa, "rules": cluster_reader["rules"]}],
-                "permissions": [{"serviceAccountName": sa, "rules": permissions}],
+                // Two Roles: the namespaced rules, and the operator's own Lease by name.
+                "permissions": [
+                    {"serviceAccountName": sa, "rules": namespaced["rules"]},
+                    {"serviceAccountName": sa, "rules": lease_role["rules"]},
+                ],
                 "deployments": [{
                     "name": deployment["metadata"]["name"],
                     "label": deployment["metadata"]["labels"],
