@@ -4,9 +4,10 @@
 # The CRD comes from the operator binary for the server's version: Kubernetes before
 # 1.25 rejects CEL validation rules (x-kubernetes-validations) under server-side apply,
 # so they are left out there; the operator reports the same rules as a Degraded
-# condition instead. IMG replaces the operator image, and with it OPERATOR_IMAGE (the
-# zone init container), through a kustomize overlay's `images:` entry: the way a user's
-# own overlay does it.
+# condition instead. Before 1.21 the operator's PodDisruptionBudget is applied as
+# policy/v1beta1, the only version those servers serve. IMG replaces the operator
+# image, and with it OPERATOR_IMAGE (the zone init container), through a kustomize
+# overlay's `images:` entry: the way a user's own overlay does it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,11 +24,30 @@ server_version() {
     sed -n 's/.*"serverVersion":{[^}]*"major":"\([0-9]*\)[^"]*","minor":"\([0-9]*\)[^"]*".*/\1.\2/p'
 }
 
-crd() {
+required_server_version() {
   local version
   version=$(server_version)
   [ -n "$version" ] || { echo "cannot read the server version: is the cluster reachable?" >&2; exit 1; }
-  "$BIN" crd --kube-version "$version"
+  echo "$version"
+}
+
+crd() {
+  "$BIN" crd --kube-version "$1"
+}
+
+# The manifests on stdin as a server of version $1 ("1.20"; empty: a current one)
+# takes them. PodDisruptionBudgets are policy/v1 from 1.21 and only policy/v1beta1
+# before, with the same fields for ours (minAvailable, selector). Every top-level
+# `apiVersion: policy/v1` of the install is a PodDisruptionBudget: the group's other v1
+# kind, Eviction, is never a manifest.
+for_server() {
+  local major=${1%%.*} minor=${1#*.}
+  minor=${minor%%[!0-9]*}
+  if [ "$major" = 1 ] && [ "$minor" -lt 21 ] 2>/dev/null; then
+    sed 's#^apiVersion: policy/v1$#apiVersion: policy/v1beta1#'
+  else
+    cat
+  fi
 }
 
 # `kubectl kustomize manifests/operator`, with IMG (name, name:tag or name@digest) as
@@ -75,25 +95,28 @@ wait_established() {
 
 case "$action" in
   install)
-    crd | $KUBECTL apply --server-side --force-conflicts -f -
+    crd "$(required_server_version)" | $KUBECTL apply --server-side --force-conflicts -f -
     ;;
   replace-crd)
     # Migration from the Go Loki Operator (docs/migrate.md): a replace takes over the
     # whole CRD, its conversion webhook setting included, which an apply would leave.
-    crd | $KUBECTL replace -f -
+    crd "$(required_server_version)" | $KUBECTL replace -f -
     ;;
   uninstall)
     $KUBECTL delete --ignore-not-found customresourcedefinition lokistacks.loki.grafana.com
     ;;
   deploy)
+    version=$(required_server_version)
     # The CRD is this operator's: forcing takes its fields over from whoever wrote them
     # before (a replace during a migration, an earlier installer).
-    crd | $KUBECTL apply --server-side --force-conflicts -f -
+    crd "$version" | $KUBECTL apply --server-side --force-conflicts -f -
     wait_established
-    operator_manifests | $KUBECTL apply --server-side -f -
+    operator_manifests | for_server "$version" | $KUBECTL apply --server-side -f -
     ;;
   undeploy)
-    $KUBECTL kustomize manifests/operator | $KUBECTL delete --ignore-not-found -f -
+    # A server whose version cannot be read gets the manifests as they are.
+    $KUBECTL kustomize manifests/operator | for_server "$(server_version)" |
+      $KUBECTL delete --ignore-not-found -f -
     # The operator registers its webhook configurations itself; the zone-disruption one
     # fails closed, so left behind it would refuse every eviction of the stacks'
     # ingesters.
@@ -102,7 +125,8 @@ case "$action" in
     ;;
   manifests)
     # What `deploy` applies after the CRD, for review or GitOps: hack/deploy.sh manifests
-    operator_manifests
+    # (as Kubernetes 1.21+ takes them; KUBE_VERSION=1.20 gives them for an older server).
+    operator_manifests | for_server "${KUBE_VERSION:-}"
     ;;
   *)
     echo "unknown action $action: use install, uninstall, deploy, undeploy or manifests" >&2

@@ -1262,6 +1262,7 @@ fn optional_pieces_are_components() {
             "high-availability",
             "monitoring",
             "namespaced",
+            "single-replica",
             "zone-outage-recovery"
         ]
     );
@@ -1316,15 +1317,25 @@ fn optional_pieces_are_components() {
         binding["subjects"][0],
         json!({"kind": "ServiceAccount", "name": "loki-zone-operator", "namespace": BASE_NAMESPACE})
     );
+}
 
-    let out = scratch("ha");
-    write_overlay(&out, &["high-availability"], "").expect("overlay");
-    let objects = kustomize(&out).expect("kustomize");
-    let d = deployment(&objects);
+fn pod_disruption_budget(objects: &[Value]) -> Option<&Value> {
+    objects.iter().find(|o| o["kind"] == "PodDisruptionBudget")
+}
+
+/// The default install runs two replicas, apart in zones and nodes where it can, and a
+/// budget keeps one through drains; `single-replica` runs one and drops the budget
+/// (which would then refuse every eviction of it); `high-availability`, the default
+/// now, is kept empty so that overlays naming it still build.
+#[test]
+fn two_replicas_and_a_budget_by_default() {
+    let base = kustomize_operator().expect("kustomize");
+    let d = deployment(&base);
     assert_eq!(d["spec"]["replicas"], 2);
-    let keys: Vec<&str> = d["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    let spread = d["spec"]["template"]["spec"]["topologySpreadConstraints"]
         .as_array()
-        .expect("spread")
+        .expect("spread");
+    let keys: Vec<&str> = spread
         .iter()
         .filter_map(|c| c["topologyKey"].as_str())
         .collect();
@@ -1332,13 +1343,64 @@ fn optional_pieces_are_components() {
         keys,
         vec!["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
     );
-    let pdb = objects
-        .iter()
-        .find(|o| o["kind"] == "PodDisruptionBudget")
-        .expect("PodDisruptionBudget");
+    for c in spread {
+        // A cluster of one zone, or one node, still runs both.
+        assert_eq!(c["whenUnsatisfiable"], "ScheduleAnyway");
+        assert_eq!(c["labelSelector"], d["spec"]["selector"]);
+    }
+    let pdb = pod_disruption_budget(&base).expect("PodDisruptionBudget");
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["metadata"]["namespace"], BASE_NAMESPACE);
     assert_eq!(
         pdb["spec"]["selector"], d["spec"]["selector"],
         "the budget covers the operator's pods"
+    );
+    // One may go at a time, never both: a drain is never refused for good.
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(pdb["spec"]["maxUnavailable"].is_null());
+
+    let out = scratch("single-replica");
+    write_overlay(&out, &["single-replica"], "").expect("overlay");
+    let objects = kustomize(&out).expect("kustomize");
+    assert_eq!(deployment(&objects)["spec"]["replicas"], 1);
+    assert!(pod_disruption_budget(&objects).is_none());
+    assert_eq!(objects.len(), base.len() - 1, "only the budget goes");
+
+    let out = scratch("high-availability");
+    write_overlay(&out, &["high-availability"], "").expect("overlay");
+    assert_eq!(kustomize(&out).expect("kustomize"), base);
+
+    // What make deploy applies on a server before 1.21, which has policy/v1beta1 only.
+    let text = kustomize_text(&repo_root().join("manifests/operator")).expect("kustomize");
+    let old = bundle::parse_stream(&bundle::for_server(&text, 20)).expect("yaml");
+    assert_eq!(
+        pod_disruption_budget(&old).expect("budget")["apiVersion"],
+        "policy/v1beta1"
+    );
+    let others = |objects: &[Value]| -> Vec<Value> {
+        objects
+            .iter()
+            .filter(|o| o["kind"] != "PodDisruptionBudget")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        others(&old),
+        others(&base),
+        "only the budget's version changes"
+    );
+    assert_eq!(bundle::for_server(&text, 21), text);
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/deploy.sh"))
+        .arg("manifests")
+        .env("KUBE_VERSION", "1.20")
+        .output()
+        .expect("hack/deploy.sh");
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        bundle::for_server(&text, 20),
+        "hack/deploy.sh and the tests convert the same way"
     );
 }
 
@@ -1615,11 +1677,28 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
         &["zone-outage-recovery"],
         &format!("namespace: logging-ops\nimages:\n- name: {BASE_IMAGE}\n  newName: registry.example.com/lzo\n  newTag: v2\n"),
     )?;
-    let dir_arg = dir.display().to_string();
+    // Before 1.21 with the operator's PodDisruptionBudget as policy/v1beta1, as
+    // hack/deploy.sh applies it (and docs/install.md tells overlays to).
+    let stream = dir.join("stream.yaml");
+    std::fs::write(&stream, bundle::for_server(&kustomize_text(&dir)?, minor))?;
+    let stream_arg = stream.display().to_string();
     kubectl(
         &cp.admin_kubeconfig,
-        &["apply", "--server-side", "-k", &dir_arg],
+        &["apply", "--server-side", "-f", &stream_arg],
     );
+    let min_available = kubectl(
+        &cp.admin_kubeconfig,
+        &[
+            "get",
+            "poddisruptionbudget",
+            "-n",
+            "logging-ops",
+            "loki-zone-operator",
+            "-o",
+            "jsonpath={.spec.minAvailable}",
+        ],
+    );
+    assert_eq!(min_available, "1");
     let sa = kubectl(
         &cp.admin_kubeconfig,
         &[
