@@ -1605,7 +1605,6 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
                 ".spec.customresourcedefinitions.owned[].resources[].name".to_string(),
                 ".spec.install.spec.clusterPermissions[].rules[].apiGroups[]".to_string(),
                 ".spec.install.spec.permissions[].rules[].apiGroups[]".to_string(),
-                ".spec.webhookdefinitions[].rules[].apiGroups[]".to_string(),
             ])
         );
         let spec = &olm_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
@@ -1739,45 +1738,41 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// OLM runs the zone-at-bind webhook: the CSV declares it against the operator's own
-/// Deployment and port, never blocking (Ignore, short timeout), on pods/binding only,
-/// and the Deployment serves the certificate OLM mounts.
+/// The CSV declares no webhook: OLM would set the zone-at-bind webhook's namespace
+/// selector to every namespace in AllNamespaces mode, and nothing else can narrow it
+/// (a Binding has no labels to select on). The operator runs with its webhooks off and
+/// the pod annotator zones every pod; every install mode stays supported.
 #[test]
-fn the_csv_declares_the_zone_at_bind_webhook() {
+fn the_csv_declares_no_webhook() {
     let csv = csv();
-    let defs = csv["spec"]["webhookdefinitions"]
-        .as_array()
-        .expect("webhookdefinitions");
-    assert_eq!(defs.len(), 1);
-    let w = &defs[0];
+    assert!(
+        csv["spec"].get("webhookdefinitions").is_none(),
+        "the CSV declares a webhook"
+    );
     let d = &csv["spec"]["install"]["spec"]["deployments"][0];
-    assert_eq!(w["type"], "MutatingAdmissionWebhook");
-    assert_eq!(w["deploymentName"], d["name"]);
-    assert_eq!(
-        w["generateName"],
-        loki_zone_operator::model::names::WEBHOOK_ZONE_AT_BIND
-    );
-    assert_eq!(
-        w["webhookPath"],
-        loki_zone_operator::model::names::WEBHOOK_PATH_ZONE_AT_BIND
-    );
-    assert_eq!(
-        (&w["failurePolicy"], &w["sideEffects"]),
-        (&json!("Ignore"), &json!("None"))
-    );
-    assert!(w["timeoutSeconds"].as_i64().is_some_and(|t| t <= 5));
-    let rules = w["rules"].as_array().expect("rules");
-    assert_eq!(rules.len(), 1);
-    assert_eq!(strs(&rules[0]["resources"]), vec!["pods/binding"]);
-    assert_eq!(strs(&rules[0]["operations"]), vec!["CREATE"]);
-    let container = &d["spec"]["template"]["spec"]["containers"][0];
-    let port = container["ports"]
+    let env = d["spec"]["template"]["spec"]["containers"][0]["env"]
         .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == "webhook"))
-        .expect("webhook port");
-    assert_eq!(w["targetPort"], port["containerPort"]);
-    let env = container["env"].as_array().expect("env");
-    assert!(env
+        .expect("env");
+    let value = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(value("BIND_WEBHOOK"), Some(json!("false")));
+    assert_eq!(value("WEBHOOK_CERT_DIR"), None);
+    let supported: BTreeSet<&str> = csv["spec"]["installModes"]
+        .as_array()
+        .expect("installModes")
         .iter()
-        .any(|e| e["name"] == "WEBHOOK_CERT_DIR" && e["value"] == bundle::OLM_WEBHOOK_CERT_DIR));
+        .filter(|m| m["supported"] == true)
+        .filter_map(|m| m["type"].as_str())
+        .collect();
+    assert!(supported.contains("AllNamespaces"));
+    // Without a webhook a standby never reports ready: one replica, and no budget, which
+    // would refuse every eviction of it.
+    assert_eq!(d["spec"]["replicas"], bundle::OLM_REPLICAS);
+    assert_eq!(bundle::OLM_REPLICAS, 1);
+    assert!(bundle_manifests()
+        .iter()
+        .all(|(_, o)| o["kind"] != "PodDisruptionBudget"));
 }

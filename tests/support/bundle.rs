@@ -5,8 +5,17 @@
 //! OLM turns `permissions` into Roles in each target namespace of the OperatorGroup (and
 //! the operator's own), or into ClusterRoles for AllNamespaces; `clusterPermissions` are
 //! always ClusterRoles. So the namespaced rules (ClusterRole `loki-zone-operator` of the
-//! kustomize install, plus the leader-election Role) go to `permissions`, and only the
-//! cluster-scoped reads (`loki-zone-operator-cluster-reader`) to `clusterPermissions`.
+//! kustomize install) and, as a second entry, the leader-election Role (its own Lease by
+//! name) go to `permissions`, and only the cluster-scoped reads
+//! (`loki-zone-operator-cluster-reader`) to `clusterPermissions`.
+//!
+//! The bundle declares no webhook: OLM sets a declared webhook's namespace selector to
+//! the OperatorGroup's namespaces, which for AllNamespaces is every namespace, so the
+//! API server would call the zone-at-bind webhook for every pod binding of the cluster
+//! (kube-system included). Nothing else can narrow it: a Binding carries no labels for an
+//! object selector, and the namespaces of zone-aware stacks change while OLM's
+//! configuration is static. OLM installs run with `BIND_WEBHOOK=false`: the pod
+//! annotator zones every pod, and the zone init container waits for it.
 
 use std::path::Path;
 use std::process::Command;
@@ -45,17 +54,20 @@ pub const CLUSTER_READER: &str = "loki-zone-operator-cluster-reader";
 /// namespaces, comma-separated, empty for AllNamespaces.
 pub const OLM_TARGET_NAMESPACES: &str = "olm.targetNamespaces";
 
-/// Where OLM mounts the serving certificate of a webhook it manages (`tls.crt`,
-/// `tls.key`) into the Deployment the webhook definition names, and rotates it.
-pub const OLM_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
-/// The port of the Service OLM puts in front of the webhook; it forwards to the
-/// container's `webhook` port.
-pub const OLM_WEBHOOK_SERVICE_PORT: i32 = 443;
+/// Replicas of the CSV's Deployment. One, not the kustomize install's two: without a
+/// webhook to serve, a standby replica never reports ready (`/readyz` of a standby is
+/// "its webhook serves"), so with two the Deployment would never be Available, OLM would
+/// never finish the install, and the PodDisruptionBudget would refuse every eviction of
+/// the leader. The bundle takes two replicas and the budget once a standby without
+/// webhooks is ready.
+pub const OLM_REPLICAS: i64 = 1;
 
 /// The kustomize Deployment as the CSV runs it: WATCH_NAMESPACES from OLM's annotation,
-/// and the webhook served with OLM's certificate (OLM keeps its configuration).
+/// no webhooks (`BIND_WEBHOOK=false`, see the module's documentation), and
+/// [`OLM_REPLICAS`] replicas.
 pub fn olm_deployment_spec(deployment: &Value) -> Result<Value> {
     let mut spec = deployment["spec"].clone();
+    spec["replicas"] = json!(OLM_REPLICAS);
     let env = spec["template"]["spec"]["containers"][0]["env"]
         .as_array_mut()
         .context("env of the operator container")?;
@@ -65,49 +77,8 @@ pub fn olm_deployment_spec(deployment: &Value) -> Result<Value> {
             "fieldPath": format!("metadata.annotations['{OLM_TARGET_NAMESPACES}']")
         }}}),
     );
-    env.push(json!({"name": "WEBHOOK_CERT_DIR", "value": OLM_WEBHOOK_CERT_DIR}));
+    env.push(json!({"name": "BIND_WEBHOOK", "value": "false"}));
     Ok(spec)
-}
-
-/// The zone-at-bind webhook as OLM declares it: the same rules, policy and timeout as the
-/// configuration the operator registers itself (`registration::configuration`), minus
-/// the namespace selector, which OLM sets to the OperatorGroup's namespaces.
-pub fn webhook_definition(deployment: &Value) -> Result<Value> {
-    use loki_zone_operator::webhook::registration::{configuration, ClientTarget, StackName};
-    let target = ClientTarget::Service {
-        namespace: "placeholder".into(),
-        name: "placeholder".into(),
-    };
-    let any = StackName {
-        namespace: "placeholder".into(),
-        name: "placeholder".into(),
-        zone_evictions: true,
-    };
-    let config = configuration(&target, "", &[any], false);
-    let hook = config
-        .webhooks
-        .and_then(|w| w.into_iter().next())
-        .context("the webhook")?;
-    let port = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
-        .as_array()
-        .and_then(|ps| ps.iter().find(|p| p["name"] == "webhook"))
-        .and_then(|p| p["containerPort"].as_i64())
-        .context("the operator container's webhook port")?;
-    Ok(json!({
-        "type": "MutatingAdmissionWebhook",
-        "generateName": hook.name,
-        "deploymentName": deployment["metadata"]["name"],
-        "containerPort": OLM_WEBHOOK_SERVICE_PORT,
-        "targetPort": port,
-        "webhookPath": hook.client_config.service.and_then(|s| s.path).context("the webhook path")?,
-        "admissionReviewVersions": hook.admission_review_versions,
-        "sideEffects": hook.side_effects,
-        "failurePolicy": hook.failure_policy,
-        "timeoutSeconds": hook.timeout_seconds,
-        "matchPolicy": hook.match_policy,
-        "reinvocationPolicy": hook.reinvocation_policy,
-        "rules": hook.rules,
-    }))
 }
 
 /// The object of `kind` named `name` in `objects`.
@@ -235,7 +206,6 @@ pub fn files() -> Result<Vec<(String, String)>> {
                     "spec": olm_deployment_spec(&deployment)?,
                 }],
             }},
-            "webhookdefinitions": [webhook_definition(&deployment)?],
             "relatedImages": [
                 {"name": "loki-zone-operator", "image": operator_image},
                 {"name": "loki", "image": loki_image},
