@@ -453,16 +453,7 @@ fn warnings(
             ),
         ));
     }
-    if plan.findings.zone_evictions_off && plan.eff.zone_aware() {
-        out.push((
-            Reason::ZoneAwareEvictionsOff,
-            format!(
-                "{}=false: the zone-disruption webhook lets every ingester of this stack be evicted; only its PodDisruptionBudget limits a drain ({} ingester(s) at once, from any zones), so a drain may take two copies of a stream and stop its writes. Remove the annotation once the drain is done",
-                names::ANNOTATION_ZONE_AWARE_EVICTIONS,
-                plan.eff.ingester_disruptions
-            ),
-        ));
-    }
+    out.extend(evictions_off(plan));
     out.extend(migration_warnings(plan));
     if let Some(a) = &plan.findings.annotation {
         out.push((Reason::InvalidAnnotation, format!("{a}. Fix or remove it")));
@@ -477,6 +468,20 @@ fn warnings(
         out.push((z.verdict.reason(), z.message()));
     }
     out
+}
+
+/// Zone-aware evictions switched off stay a Warning until switched back on.
+fn evictions_off(plan: &Plan) -> Option<(Reason, String)> {
+    (plan.findings.zone_evictions_off && plan.eff.zone_aware()).then(|| {
+        (
+            Reason::ZoneAwareEvictionsOff,
+            format!(
+                "{}=false: the zone-disruption webhook lets every ingester of this stack be evicted; only its PodDisruptionBudget limits a drain ({} ingester(s) at once, from any zones), so a drain may take two copies of a stream and stop its writes. Remove the annotation once the drain is done",
+                names::ANNOTATION_ZONE_AWARE_EVICTIONS,
+                plan.eff.ingester_disruptions
+            ),
+        )
+    })
 }
 
 /// What a stack migrated from the Go Loki Operator carries that this operator does not
@@ -522,17 +527,10 @@ pub fn compute(
     };
     let by_component = components(&pods, lost);
     let pod_zones = pod_zones(&pods, |n| snapshot.node(n));
-    let per_zone = plan
-        .findings
-        .zone
-        .as_ref()
-        .map(|z| zone_status(z, snapshot))
-        .unwrap_or_default();
+    let zone = plan.findings.zone.as_ref();
+    let per_zone = zone.map(|z| zone_status(z, snapshot)).unwrap_or_default();
     // Pods of a zone in maintenance are expected missing as much as those of a lost one.
-    let outage = plan
-        .findings
-        .zone
-        .as_ref()
+    let outage = zone
         .map(|z| (z.disrupted().count(), z.zones.len()))
         .filter(|(down, _)| *down > 0);
     let degraded = degraded(plan, outcome, &per_zone);
@@ -1232,7 +1230,8 @@ mod tests {
         assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
-        assert_eq!(w.reason, "ZoneMaintenance", "{}", w.message);
+        let outage = w.message.contains("unavailable");
+        assert!(w.reason == "ZoneMaintenance" && !outage, "{}", w.message);
         for part in [
             "zone c is in maintenance",
             "nc (cordoned)",
@@ -1240,7 +1239,6 @@ mod tests {
         ] {
             assert!(w.message.contains(part), "{part:?} not in {}", w.message);
         }
-        assert!(!w.message.contains("unavailable"), "{}", w.message);
         let r = st.replication.expect("replication");
         assert_eq!(r.zones_available, ["a", "b", "c"]);
         assert_eq!(r.write_quorum_met, Some(true));
@@ -1254,21 +1252,13 @@ mod tests {
             .iter()
             .map(|z| (z.state.as_deref().unwrap_or_default(), z.available))
             .collect();
-        assert_eq!(
-            states,
-            [
-                ("Available", true),
-                ("Available", true),
-                ("Maintenance", true)
-            ]
-        );
-        // Drained: c's ingester is gone, so c holds no copy; b lost as well takes the
-        // quorum, although neither zone is an outage on its own.
+        let (up, maintenance) = (("Available", true), ("Maintenance", true));
+        assert_eq!(states, [up, up, maintenance]);
+        // Drained: c's ingester is gone, so c holds no copy; with b lost as well the
+        // quorum is lost, although only b is an outage.
         let (s, mut snap, plan) = cluster(|z, n| {
             cordon(z, n);
-            if z == "b" {
-                n.status = None;
-            }
+            n.status = n.status.take().filter(|_| z != "b");
         });
         snap.pods
             .retain(|p| p.metadata.name.as_deref() != Some("ingester-2"));

@@ -191,30 +191,7 @@ pub fn decide(
             pod: target.name.to_string(),
         });
     };
-    let mut by_zone: BTreeMap<Option<&str>, Vec<Down>> = BTreeMap::new();
-    for i in ingesters.iter().filter(|i| i.name != target.name) {
-        let cordoned =
-            (i.node_cordoned && i.zone.as_deref() != Some(zone.as_str())).then_some(Why::Cordoned);
-        let Some(why) = i.down().or(cordoned) else {
-            continue;
-        };
-        if i.holds_nothing() {
-            continue;
-        }
-        by_zone.entry(i.zone.as_deref()).or_default().push(Down {
-            pod: i.name.to_string(),
-            why,
-        });
-    }
-    for g in gone.iter().filter(|g| g.name != target.name) {
-        by_zone
-            .entry(Some(g.zone.as_str()))
-            .or_default()
-            .push(Down {
-                pod: g.name.clone(),
-                why: Why::Recreating,
-            });
-    }
+    let mut by_zone = down_by_zone(target.name, &zone, ingesters, gone);
     if let Some(down) = by_zone.get(&None) {
         return Verdict::Deny(Denial::DownZoneUnknown {
             pod: target.name.to_string(),
@@ -239,6 +216,41 @@ pub fn decide(
         }),
         _ => Verdict::Allow { zone },
     }
+}
+
+/// The other ingesters that are down, by zone: not Ready, going, gone, or (in another
+/// zone than the target's) on a cordoned node.
+fn down_by_zone<'a>(
+    target: &str,
+    zone: &str,
+    ingesters: &'a [Ingester<'_>],
+    gone: &'a [Gone],
+) -> BTreeMap<Option<&'a str>, Vec<Down>> {
+    let mut by_zone: BTreeMap<Option<&str>, Vec<Down>> = BTreeMap::new();
+    for i in ingesters.iter().filter(|i| i.name != target) {
+        let cordoned =
+            (i.node_cordoned && i.zone.as_deref() != Some(zone)).then_some(Why::Cordoned);
+        let Some(why) = i.down().or(cordoned) else {
+            continue;
+        };
+        if i.holds_nothing() {
+            continue;
+        }
+        by_zone.entry(i.zone.as_deref()).or_default().push(Down {
+            pod: i.name.to_string(),
+            why,
+        });
+    }
+    for g in gone.iter().filter(|g| g.name != target) {
+        by_zone
+            .entry(Some(g.zone.as_str()))
+            .or_default()
+            .push(Down {
+                pod: g.name.clone(),
+                why: Why::Recreating,
+            });
+    }
+    by_zone
 }
 
 /// How long an allowed eviction counts as disruption before the cache shows the pod
