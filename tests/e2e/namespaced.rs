@@ -35,11 +35,22 @@ const PREFIX: &str = "scoped-";
 pub(super) async fn allowed(
     env: &Env,
     user: &str,
-    (resource, group, verb): (&str, &str, &str),
+    rule: (&str, &str, &str),
     namespace: &str,
 ) -> Result<bool> {
+    allowed_named(env, user, rule, namespace, "").await
+}
+
+/// [`allowed`] for the object named `name` ("" for any).
+async fn allowed_named(
+    env: &Env,
+    user: &str,
+    (resource, group, verb): (&str, &str, &str),
+    namespace: &str,
+    name: &str,
+) -> Result<bool> {
     let review: SubjectAccessReview = serde_json::from_value(json!({
-        "spec": {"user": user, "groups": ["system:serviceaccounts"], "resourceAttributes": {"resource": resource, "group": group, "verb": verb, "namespace": namespace}}
+        "spec": {"user": user, "groups": ["system:serviceaccounts"], "resourceAttributes": {"resource": resource, "group": group, "verb": verb, "namespace": namespace, "name": name}}
     }))?;
     let api: Api<SubjectAccessReview> = Api::all(env.admin.clone());
     Ok(api
@@ -68,11 +79,17 @@ pub(super) async fn expect_access(
     Ok(())
 }
 
-/// The namespaced overlay for WATCHED, its ServiceAccount, roles and bindings applied;
-/// the Deployment is left out (the operator runs as a local process).
+/// The namespaced overlay for WATCHED, with the zone-outage recovery's Role in each, its
+/// ServiceAccount, roles and bindings applied; the Deployment is left out (the operator
+/// runs as a local process).
 fn install_namespaced_rbac(env: &Env, dir: &Path) -> Result<Vec<Value>> {
     let overlay = dir.join("overlay");
-    bundle::write_namespaced_overlay(&overlay, &WATCHED, &format!("namePrefix: {PREFIX}\n"))?;
+    bundle::write_namespaced_overlay_with(
+        &overlay,
+        &WATCHED,
+        &["watched-namespace/zone-outage-recovery"],
+        &format!("namePrefix: {PREFIX}\n"),
+    )?;
     let objects = bundle::kustomize(&overlay)?;
     let kinds = [
         "ServiceAccount",
@@ -277,8 +294,41 @@ async fn run_confined(env: &Env, op: &mut Operator, sa: &str) -> Result<()> {
             (("nodes", "", "list"), "", true),
             (("nodes", "", "patch"), "", false),
             (("persistentvolumes", "", "watch"), "", true),
-            (("persistentvolumeclaims", "", "delete"), a, false),
+            // The zone-outage recovery's Role, in the watched namespaces only: claims
+            // read by name and deleted, never listed; nothing elsewhere.
+            (("persistentvolumeclaims", "", "delete"), a, true),
+            (("persistentvolumeclaims", "", "get"), a, true),
+            (("persistentvolumeclaims", "", "list"), a, false),
+            (("persistentvolumeclaims", "", "watch"), a, false),
+            (("persistentvolumeclaims", "", "delete"), other, false),
+            (("persistentvolumeclaims", "", "delete"), "", false),
         ],
     )
-    .await
+    .await?;
+    // The leader Lease: its own, by name, in the operator's namespace; no other Lease.
+    let lease = |verb| ("leases", "coordination.k8s.io", verb);
+    let own = operator::NAMESPACE;
+    for (rule, ns, name, want) in [
+        (lease("update"), own, "loki-zone-operator", true),
+        (lease("get"), own, "loki-zone-operator", true),
+        (lease("update"), own, "another-lease", false),
+        (
+            lease("update"),
+            "kube-system",
+            "kube-controller-manager",
+            false,
+        ),
+        (lease("update"), "kube-node-lease", "", false),
+        (lease("list"), own, "", false),
+        (lease("create"), own, "", true),
+        (lease("create"), a, "", false),
+    ] {
+        let got = allowed_named(env, &user, rule, ns, name).await?;
+        ensure!(
+            got == want,
+            "{user} {} leases {ns}/{name}: allowed={got}, want {want}",
+            rule.2
+        );
+    }
+    Ok(())
 }
