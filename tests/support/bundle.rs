@@ -54,13 +54,14 @@ pub const CLUSTER_READER: &str = "loki-zone-operator-cluster-reader";
 /// namespaces, comma-separated, empty for AllNamespaces.
 pub const OLM_TARGET_NAMESPACES: &str = "olm.targetNamespaces";
 
-/// Replicas of the CSV's Deployment. One, not the kustomize install's two: without a
-/// webhook to serve, a standby replica never reports ready (`/readyz` of a standby is
-/// "its webhook serves"), so with two the Deployment would never be Available, OLM would
-/// never finish the install, and the PodDisruptionBudget would refuse every eviction of
-/// the leader. The bundle takes two replicas and the budget once a standby without
-/// webhooks is ready.
-pub const OLM_REPLICAS: i64 = 1;
+/// Replicas of the CSV's Deployment: two, as the kustomize install, with its
+/// PodDisruptionBudget as a bundle object. Without webhooks a standby is ready once its
+/// caches have synced, so the Deployment becomes Available.
+pub const OLM_REPLICAS: i64 = 2;
+/// The operator's PodDisruptionBudget as a bundle object (OLM creates it in the
+/// operator's namespace).
+pub const OLM_BUDGET_FILE: &str =
+    "bundle/manifests/loki-zone-operator_policy_v1_poddisruptionbudget.yaml";
 
 /// The kustomize Deployment as the CSV runs it: WATCH_NAMESPACES from OLM's annotation,
 /// no webhooks (`BIND_WEBHOOK=false`, see the module's documentation), and
@@ -100,6 +101,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
             .with_context(|| format!("no {kind} in manifests/operator"))
     };
     let deployment = find("Deployment")?;
+    let budget = find("PodDisruptionBudget")?;
     let cluster_reader = named(&objects, "ClusterRole", CLUSTER_READER)?;
     let namespaced = named(&objects, "ClusterRole", NAMESPACED_RULES)?;
     let lease_role = named(&objects, "Role", LEADER_ELECTION_ROLE)?;
@@ -232,6 +234,10 @@ pub fn files() -> Result<Vec<(String, String)>> {
         (
             "bundle/manifests/loki.grafana.com_lokistacks.yaml".into(),
             crd_text,
+        ),
+        (
+            OLM_BUDGET_FILE.into(),
+            format!("{header}{}", serde_yaml_ng::to_string(&budget)?),
         ),
         (
             "bundle/metadata/annotations.yaml".into(),

@@ -31,7 +31,7 @@ pub async fn run(client: &Client, namespace: &str, moves: Vec<Move>) -> Report {
             Ok(true) => report.moved.push(m),
             Ok(false) => {}
             Err(RecoveryError::Api(kube::Error::Api(e))) if e.code == 403 => {
-                let why = "the operator may not delete pods or claims: install the zone-outage-recovery RBAC component, or run the commands".to_string();
+                let why = "the operator may not delete pods or claims here: add manifests/components/zone-outage-recovery (cluster-wide mode) or manifests/watched-namespace/zone-outage-recovery in this namespace (namespaced mode), or run the commands".to_string();
                 report.failed.push((m, why));
             }
             // Already gone (deleted by someone, or recreated under a new UID): next pass.

@@ -244,7 +244,9 @@ async fn serve_webhook(
             addr: cfg.webhook.addr,
             source,
         })?;
-    ready.set_webhook(hook.ready.clone());
+    if let Some(serving) = &hook.ready {
+        ready.set_webhook(serving.clone());
+    }
     Ok(hook)
 }
 

@@ -14,7 +14,9 @@ use crate::telemetry::metrics::Metrics;
 
 /// What `/readyz` answers from. The leader is ready once the caches have synced; a
 /// standby is ready once it serves the webhooks (its only work), so the webhook Service
-/// sends reviews to every replica that can answer them.
+/// sends reviews to every replica that can answer them; with the webhooks off (OLM
+/// installs), once its caches have synced, so that a Deployment of two replicas becomes
+/// Available and its PodDisruptionBudget can let one go.
 #[derive(Clone, Default)]
 pub struct Readiness {
     pub leading: Arc<AtomicBool>,
@@ -32,9 +34,10 @@ impl Readiness {
         if self.leading.load(Ordering::Relaxed) {
             return self.caches.load(Ordering::Relaxed);
         }
-        self.webhook
-            .get()
-            .is_some_and(|w| w.load(Ordering::Relaxed))
+        match self.webhook.get() {
+            Some(serving) => serving.load(Ordering::Relaxed),
+            None => self.caches.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -91,4 +94,27 @@ pub async fn serve(
     let b = axum::serve(l2, metrics_router.with_state(state));
     tokio::try_join!(async { a.await }, async { b.await })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A standby serves only the webhooks; without them (OLM installs) it is ready with
+    /// its caches, or a Deployment of two replicas would never become Available.
+    #[test]
+    fn a_standby_is_ready_when_its_webhook_serves_or_without_one_with_its_caches() {
+        let r = Readiness::default();
+        assert!(!r.is_ready());
+        r.caches.store(true, Ordering::Relaxed);
+        assert!(r.is_ready(), "webhooks off: the caches decide");
+        let serving = Arc::new(AtomicBool::new(false));
+        r.set_webhook(serving.clone());
+        assert!(!r.is_ready(), "webhooks on: not before the webhook serves");
+        serving.store(true, Ordering::Relaxed);
+        assert!(r.is_ready());
+        r.leading.store(true, Ordering::Relaxed);
+        r.caches.store(false, Ordering::Relaxed);
+        assert!(!r.is_ready(), "the leader needs its caches");
+    }
 }

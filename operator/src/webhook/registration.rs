@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
 use tokio::sync::{watch, Notify};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::caches::stacks::is_zone_aware;
 use crate::checks::validate::zone_aware_evictions;
@@ -570,6 +570,14 @@ pub async fn remove<C: Registered>(client: Client) {
             }
         }
         Ok(_) => {}
+        // An install that never let the operator register configurations (OLM's) has
+        // none of the operator's to remove.
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            debug!(
+                "no rights on the {} webhook configuration: none of ours to remove",
+                C::WHAT
+            )
+        }
         Err(e) => warn!(error = %e, "cannot read the {} webhook configuration", C::WHAT),
     }
 }

@@ -45,8 +45,10 @@ const POD_READ_BUDGET: Duration = Duration::from_millis(500);
 
 /// What the rest of the process sees of the webhook.
 pub struct Served {
-    /// Caches synced and a certificate loaded: `/readyz` of a standby replica.
-    pub ready: Arc<AtomicBool>,
+    /// Caches synced and a certificate loaded: `/readyz` of a standby replica. `None`
+    /// when the webhook is off: there is nothing to serve, and a standby is ready as
+    /// soon as its caches are.
+    pub ready: Option<Arc<AtomicBool>>,
     /// The CA bundle the configuration must carry (self-managed certificates only).
     pub ca_bundle: watch::Receiver<Option<String>>,
     pub tasks: Vec<JoinHandle<()>>,
@@ -69,7 +71,7 @@ pub async fn start(
     let gauge = metrics.webhook_certificate_ready.clone();
     let Some(certs) = cert_keeper(&cfg.mode, secrets, slot.clone(), bundle_tx, gauge) else {
         return Ok(Served {
-            ready,
+            ready: None,
             ca_bundle,
             tasks: Vec::new(),
             leader: LeaderView::default(),
@@ -104,7 +106,7 @@ pub async fn start(
     }));
     info!(addr = %cfg.addr, mode = ?cfg.mode, "zone-at-bind webhook serving");
     Ok(Served {
-        ready,
+        ready: Some(ready),
         ca_bundle,
         tasks,
         leader,
