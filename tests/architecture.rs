@@ -24,6 +24,8 @@ const ROOMS: &[&str] = &[
     "render",
     // Metrics and the health/metrics HTTP server.
     "telemetry",
+    // The webhooks' certificate authority: when to issue and rotate, the Secret format.
+    "pki",
     // The one set of reflector caches of the process, and what their changes trigger.
     "caches",
     // A snapshot of one stack's world, read from the caches.

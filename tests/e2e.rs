@@ -32,6 +32,7 @@ use caches::each_kind_is_watched_once_per_process;
 #[path = "e2e/disruptions.rs"]
 mod disruptions;
 use disruptions::{
+    an_object_selector_cannot_pick_the_evicted_pod,
     evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass,
     the_per_stack_switch_lets_a_zone_go_while_another_is_down,
     with_the_operator_stopped_only_ingesters_are_guarded,
@@ -1583,6 +1584,7 @@ fn main() -> std::process::ExitCode {
         ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zone,
         evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass,
         with_the_operator_stopped_only_ingesters_are_guarded,
+        an_object_selector_cannot_pick_the_evicted_pod,
         the_per_stack_switch_lets_a_zone_go_while_another_is_down,
         ingesters_removed_by_a_scale_down_leave_the_ring_first,
         zones_turn_on_write_path_first_and_off_read_path_first,

@@ -10,6 +10,7 @@
 //!   volumes, a pod's zone) and of the spec.
 //! - [`render`]: every Loki object, rendered from the templates and parsed into types.
 //! - [`telemetry`]: metrics and the health/metrics HTTP server.
+//! - [`pki`]: the webhooks' certificate authority, pure: when to issue and rotate.
 //! - [`caches`]: the one set of reflector caches of the process, outliving leadership.
 //! - [`observe`]: one stack's snapshot, read from the caches.
 //! - [`plan`]: pure decisions: what to apply, zone stages, rollouts, scale-downs,
@@ -32,6 +33,7 @@ pub mod cli;
 pub mod lead;
 pub mod model;
 pub mod observe;
+pub mod pki;
 pub mod plan;
 pub mod reconcile;
 pub mod render;

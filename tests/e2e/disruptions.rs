@@ -463,3 +463,93 @@ async fn switch(env: &Env, value: Option<&str>) -> Result<()> {
         .await?;
     Ok(())
 }
+
+/// Issue 26 (c), the reason the configuration fails open before 1.28: an
+/// `objectSelector` is matched against the Eviction, not the evicted pod, so it cannot
+/// pick ingesters. A configuration selecting a pod's label, pointing at nothing and
+/// failing closed, lets that pod's eviction through; with an empty selector (matching
+/// every Eviction) the same configuration refuses.
+pub(super) async fn an_object_selector_cannot_pick_the_evicted_pod(env: &mut Env) -> Result<()> {
+    let ns = "e2e-objectselector";
+    super::namespace(env, ns).await?;
+    // The probe's configurations reach this namespace only (by a label of our own: 1.20
+    // sets no name label on namespaces).
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(env.admin.clone())
+        .patch(
+            ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                serde_json::json!({"metadata": {"labels": {"e2e-probe": "yes"}}}),
+            ),
+        )
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    for name in ["selected", "control"] {
+        let pod = serde_json::json!({
+            "metadata": {"name": name, "labels": {"e2e-probe": name}},
+            "spec": {"automountServiceAccountToken": false, "containers": [{"name": "c", "image": "busybox"}]},
+        });
+        pods.create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(pod)?,
+        )
+        .await?;
+    }
+    let selected = probe_eviction(
+        env,
+        ns,
+        "selected",
+        serde_json::json!({"matchLabels": {"e2e-probe": "selected"}}),
+    )
+    .await?;
+    ensure!(
+        selected == Ok(()),
+        "an objectSelector on the pod's label picked its eviction: {selected:?}"
+    );
+    let control = probe_eviction(env, ns, "control", serde_json::json!({})).await?;
+    ensure!(
+        matches!(&control, Err((_, m)) if m.contains("failed calling webhook")),
+        "the control configuration was not called: {control:?}"
+    );
+    println!("    1.{}: an objectSelector on the pod's labels let its eviction through; an empty one reached the (absent) webhook", env.minor);
+    Ok(())
+}
+
+/// Evicts `pod` while a fail-closed configuration with `selector`, pointing at a closed
+/// port, is in place; removes the configuration again.
+async fn probe_eviction(
+    env: &Env,
+    ns: &str,
+    pod: &str,
+    selector: serde_json::Value,
+) -> Result<Evicted> {
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(env.admin.clone());
+    let name = format!("e2e-probe-{pod}");
+    let config = serde_json::json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "probe.e2e.loki-zone-operator.dev",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 2,
+            "clientConfig": {"url": "https://127.0.0.1:1/probe"},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}],
+            "namespaceSelector": {"matchLabels": {"e2e-probe": "yes"}},
+            "objectSelector": selector,
+        }],
+    });
+    configs
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(config)?,
+        )
+        .await?;
+    // The API server picks a new configuration up from its informer.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let result = evict_in(env, ns, pod).await;
+    configs
+        .delete(&name, &kube::api::DeleteParams::default())
+        .await?;
+    result
+}

@@ -24,7 +24,6 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::binding::{self, BindDecision};
-use super::certs::{self, CertAction, Certs, LIFETIMES};
 use super::disruptions;
 use super::review::{reply, request, Hook, LeaderView};
 use super::tls::{self, CertSlot};
@@ -33,6 +32,7 @@ use crate::caches::reflectors::{synced, Caches};
 use crate::caches::stacks;
 use crate::checks::podzone::keys_not_allowed;
 use crate::model::names;
+use crate::pki::certs::{self, CertAction, Certs, LIFETIMES};
 use crate::telemetry::metrics::Metrics;
 
 /// How often the certificate is read again (a rotation by another replica, or new
