@@ -170,6 +170,13 @@ enum Command {
         /// `kubectl get nodes -o yaml` output: evaluate the zone check against these nodes.
         #[arg(long)]
         nodes: Option<PathBuf>,
+        /// The stack's storage Secret (`kubectl get secret NAME -o yaml`; `data` or
+        /// `stringData`): render what the operator derives from it (for S3: endpoint host,
+        /// region, addressing style, plain HTTP, encryption), and check it as the operator
+        /// does. Without it, an S3 stack's endpoint is left for Loki to expand at start,
+        /// and stderr says so.
+        #[arg(long)]
+        secret: Option<PathBuf>,
         /// Namespace of the rendered objects (default: the manifest's, else `default`).
         #[arg(short = 'n', long)]
         namespace: Option<String>,
@@ -323,6 +330,9 @@ fn render_stack(req: RenderRequest) -> ExitCode {
             if let Some(warning) = out.warning {
                 eprintln!("warning: {warning}");
             }
+            if let Some(unresolved) = out.unresolved {
+                eprintln!("warning: {unresolved}");
+            }
             print!("{}", out.yaml);
             ExitCode::SUCCESS
         }
@@ -353,12 +363,14 @@ fn main() -> ExitCode {
         Command::Render {
             file,
             nodes,
+            secret,
             namespace,
             kube_version,
             images,
         } => render_stack(RenderRequest {
             stack_file: file,
             nodes_file: nodes,
+            secret_file: secret,
             namespace,
             settings: images.settings(),
             capabilities: kube_version.unwrap_or(ServerCapabilities::MODERN),

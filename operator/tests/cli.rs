@@ -248,3 +248,150 @@ fn render_rejects_unknown_fields_and_warns_of_go_operator_ones() {
         "{stderr}"
     );
 }
+
+/// The `config.yaml` of the rendered ConfigMap.
+fn rendered_config(stdout: &str) -> String {
+    serde_yaml_ng::Deserializer::from_str(stdout)
+        .map(|d| <serde_yaml_ng::Value as serde::Deserialize>::deserialize(d).expect("document"))
+        .find_map(|d| d["data"]["config.yaml"].as_str().map(str::to_string))
+        .expect("a ConfigMap with config.yaml")
+}
+
+#[test]
+fn render_with_the_secret_resolves_the_s3_endpoint_as_the_operator_does() {
+    let stack = samples().join("lokistack-zone-aware.yaml");
+    let secret = samples().join("secret-s3.yaml");
+    let out = run(&[
+        "render",
+        "-f",
+        stack.to_str().unwrap(),
+        "--secret",
+        secret.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let config = rendered_config(&text(&out.stdout));
+    for line in [
+        "endpoint: \"s3.eu-west-1.amazonaws.com\"",
+        "region: \"eu-west-1\"",
+        "insecure: false",
+        "bucket_lookup_type: \"virtual-hosted\"",
+        "bucket_name: \"${LOKI_STORAGE_BUCKET_NAME}\"",
+    ] {
+        assert!(config.contains(line), "{line} missing:\n{config}");
+    }
+    assert!(!config.contains("LOKI_STORAGE_ENDPOINT"), "{config}");
+
+    // Without it, the endpoint is left to Loki's expansion, and stderr says so.
+    let out = run(&["render", "-f", stack.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(rendered_config(&text(&out.stdout)).contains("endpoint: \"${LOKI_STORAGE_ENDPOINT}\""));
+    assert!(
+        stderr.contains("warning: without --secret, the S3 endpoint")
+            && stderr.contains("kubectl get secret lokistack-zones-s3 -o yaml"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn render_takes_the_stack_and_secret_as_kubectl_get_prints_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = std::fs::read_to_string(samples().join("lokistack-zone-aware.yaml")).expect("sample");
+    let live = src.replacen(
+        "  name: lokistack-zones\n",
+        "  name: lokistack-zones\n  namespace: logs\n  uid: 0b8a3c1e-55a0-4d4e-9c61-1a2b3c4d5e6f\n  resourceVersion: \"42\"\n  generation: 3\n  creationTimestamp: \"2026-01-02T03:04:05Z\"\n",
+        1,
+    ) + "status:\n  conditions:\n  - type: Ready\n    status: \"True\"\n    reason: ReadyComponents\n    message: All components ready\n    lastTransitionTime: \"2026-01-02T03:05:00Z\"\n";
+    let stack = dir.path().join("stack.yaml");
+    std::fs::write(&stack, live).expect("write");
+    // base64 of the sample's values, as `kubectl get secret -o yaml` prints them.
+    let secret = dir.path().join("secret.yaml");
+    std::fs::write(
+        &secret,
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: lokistack-zones-s3\n  namespace: logs\n  resourceVersion: \"7\"\ntype: Opaque\ndata:\n  bucketnames: bG9raS1jaHVua3M=\n  endpoint: aHR0cDovL21pbmlvLnN0b3JhZ2Uuc3ZjOjkwMDA=\n  access_key_id: aWQ=\n  access_key_secret: c2VjcmV0\n",
+    )
+    .expect("write");
+    let out = run(&[
+        "render",
+        "-f",
+        stack.to_str().unwrap(),
+        "--secret",
+        secret.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let stdout = text(&out.stdout);
+    let config = rendered_config(&stdout);
+    assert!(
+        config.contains("endpoint: \"minio.storage.svc:9000\"")
+            && config.contains("insecure: true")
+            && config.contains("bucket_lookup_type: \"path\""),
+        "{config}"
+    );
+    // With the stack's uid, every object is owned by it, as the operator applies it.
+    assert!(
+        stdout.contains("uid: 0b8a3c1e-55a0-4d4e-9c61-1a2b3c4d5e6f"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn render_rejects_a_bad_secret_naming_what_to_fix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stack = samples().join("lokistack-zone-aware.yaml");
+    let sample = std::fs::read_to_string(samples().join("secret-s3.yaml")).expect("sample");
+    let cases = [
+        (
+            sample.replace("name: lokistack-zones-s3", "name: other"),
+            "metadata.name is \"other\", but the stack's spec.storage.secret.name is \"lokistack-zones-s3\"",
+        ),
+        (
+            sample.replace("  access_key_secret: REPLACE_ME\n", ""),
+            "lacks keys required for type s3: access_key_secret",
+        ),
+        (
+            sample.replace(
+                "https://s3.eu-west-1.amazonaws.com",
+                "https://s3.eu-west-1.amazonaws.com/loki",
+            ),
+            "key endpoint",
+        ),
+        (
+            sample.replace("kind: Secret", "kind: ConfigMap"),
+            "expected a Secret",
+        ),
+        (
+            sample.replace("name: lokistack-zones-s3", "name: lokistack-zones-s3\n  namespace: elsewhere"),
+            "metadata.namespace is \"elsewhere\", but the stack renders into \"default\"",
+        ),
+    ];
+    for (body, want) in cases {
+        let file = dir.path().join("secret.yaml");
+        std::fs::write(&file, body).expect("write");
+        let out = run(&[
+            "render",
+            "-f",
+            stack.to_str().unwrap(),
+            "--secret",
+            file.to_str().unwrap(),
+        ]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{want}: {stderr}");
+        assert!(out.stdout.is_empty(), "{want}: rendered anyway");
+        assert!(
+            stderr.contains(&format!("{}:", file.display())) && stderr.contains(want),
+            "{want}: {stderr}"
+        );
+    }
+    let out = run(&[
+        "render",
+        "-f",
+        stack.to_str().unwrap(),
+        "--secret",
+        "/nonexistent/secret.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("/nonexistent/secret.yaml: cannot read"));
+}

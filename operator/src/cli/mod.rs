@@ -1,7 +1,8 @@
 //! The offline commands: `crd` and `render`. They share the pure pipeline with the
-//! controller (validate → zone check → render), so what `render` prints is what the
-//! controller would apply.
+//! controller (validate → zone check → storage Secret → render), so what `render` prints
+//! is what the controller would apply.
 
+pub mod secret;
 pub mod waitzone;
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use crate::model::api::LokiStack;
 use crate::model::defaults::effective;
 use crate::model::go_compat;
 use crate::model::names;
+use crate::model::storage::StoreParams;
 use crate::render::{render, to_yaml_stream, ServerCapabilities, Settings};
 
 /// Exit code for input the user must fix.
@@ -188,6 +190,8 @@ pub fn zone_report(check: &ZoneCheck) -> String {
 pub struct RenderRequest {
     pub stack_file: PathBuf,
     pub nodes_file: Option<PathBuf>,
+    /// The storage Secret's manifest: resolves what the operator reads from the Secret.
+    pub secret_file: Option<PathBuf>,
     pub namespace: Option<String>,
     pub settings: Settings,
     pub capabilities: ServerCapabilities,
@@ -200,6 +204,25 @@ pub struct RenderOutput {
     pub report: Option<String>,
     /// What the operator's Warning condition would say of fields it keeps but ignores.
     pub warning: Option<String>,
+    /// What the operator reads from the storage Secret and this render, without
+    /// `--secret`, could not resolve.
+    pub unresolved: Option<String>,
+}
+
+/// The object store parameters from `--secret`, else the defaults and what they leave
+/// unresolved.
+fn store(
+    req: &RenderRequest,
+    stack: &LokiStack,
+) -> Result<(StoreParams, Option<String>), CliError> {
+    let Some(file) = &req.secret_file else {
+        return Ok((StoreParams::default(), secret::unresolved(stack)));
+    };
+    let fix = |message| input_err(file, message);
+    let parsed = secret::parse_secret(&read(file)?).map_err(fix)?;
+    let namespace = stack.metadata.namespace.as_deref().unwrap_or("default");
+    let params = secret::store_for(stack, namespace, parsed).map_err(fix)?;
+    Ok((params, None))
 }
 
 pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
@@ -217,7 +240,9 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
         return Err(input_err(&req.stack_file, "metadata.name: required"));
     }
     validate_stack(&stack).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
-    let eff = effective(&stack.spec);
+    let mut eff = effective(&stack.spec);
+    let unresolved;
+    (eff.store, unresolved) = store(req, &stack)?;
     let mut report = None;
     if let Some(nodes_file) = &req.nodes_file {
         let nodes = parse_nodes(nodes_file, &read(nodes_file)?)?;
@@ -241,5 +266,6 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
         yaml,
         report,
         warning,
+        unresolved,
     })
 }
