@@ -209,6 +209,8 @@ async fn run() -> Result<Vec<Row>> {
     sim.install_storage_class().await?;
     sim.create_zones(&["zone-a", "zone-b", "zone-c"], 10)
         .await?;
+    // Declared after `cp`, so dropped before it: the simulator stops before the control
+    // plane does, instead of heartbeating a stopped API server.
     let _sim = sim.run();
     let op_kubeconfig = operator::service_account_kubeconfig(&admin, &cp).await?;
     let resync = format!("{RESYNC_SECS}s");

@@ -20,7 +20,7 @@ use loki_zone_operator::model::api::LokiStack;
 use loki_zone_operator::model::names;
 use loki_zone_operator_tests::admission;
 use loki_zone_operator_tests::harness::ControlPlane;
-use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
+use loki_zone_operator_tests::nodesim::{eventually, NodeSim, Running, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
@@ -83,6 +83,8 @@ const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 struct Env {
     admin: Client,
     sim: NodeSim,
+    /// The simulator's loops; dropped before `cp`, so they end before the control plane.
+    _sim_loops: Running,
     cp: ControlPlane,
     operator_kubeconfig: std::path::PathBuf,
     operator: Option<Operator>,
@@ -126,13 +128,12 @@ async fn setup() -> Result<Env> {
     let sim = NodeSim::new(admin.clone());
     sim.install_storage_class().await?;
     sim.create_zones(&ZONES, 2).await?;
-    for h in sim.run() {
-        drop(h); // the loops run until the runtime ends
-    }
+    let sim_loops = sim.run();
     let operator_kubeconfig = operator::service_account_kubeconfig(&admin, &cp).await?;
     let mut env = Env {
         admin,
         sim,
+        _sim_loops: sim_loops,
         cp,
         operator_kubeconfig,
         operator: None,

@@ -18,6 +18,8 @@
 //!   scheduler selected, the way a cloud disk behaves.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +35,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use loki_zone_operator::model::names;
 use serde_json::json;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub const ZONE: &str = "topology.kubernetes.io/zone";
@@ -277,18 +280,59 @@ impl NodeSim {
         Ok(())
     }
 
-    /// Starts the kubelet (heartbeats and pods) and provisioner loops.
-    pub fn run(&self) -> Vec<JoinHandle<()>> {
-        vec![
-            tokio::spawn(heartbeats(self.client.clone(), self.dark.clone())),
-            tokio::spawn(kubelet(
+    /// Starts the kubelet (heartbeats and pods) and provisioner loops. They run until
+    /// the returned [`Running`] is dropped: hold it for as long as the API server runs,
+    /// and drop it before the control plane stops for good (declared after the
+    /// [`ControlPlane`](crate::harness::ControlPlane), it is dropped first). An API server
+    /// that stops and starts again meanwhile (a restart) only pauses them.
+    pub fn run(&self) -> Running {
+        let (stop, stopped) = watch::channel(false);
+        let loops: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
+            Box::pin(heartbeats(self.client.clone(), self.dark.clone())),
+            Box::pin(kubelet(
                 self.client.clone(),
                 self.dark.clone(),
                 self.ready_after,
             )),
-            tokio::spawn(provisioner(self.client.clone())),
-            tokio::spawn(namespace_names(self.client.clone())),
-        ]
+            Box::pin(provisioner(self.client.clone())),
+            Box::pin(namespace_names(self.client.clone())),
+        ];
+        let handles = loops
+            .into_iter()
+            .map(|l| {
+                let mut stopped = stopped.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        // Asked first: a loop told to stop never prints one more line.
+                        biased;
+                        _ = stopped.wait_for(|s| *s) => {}
+                        () = l => {}
+                    }
+                })
+            })
+            .collect();
+        Running { stop, handles }
+    }
+}
+
+/// The simulator's loops, from [`NodeSim::run`] until this is dropped: then they end at
+/// once, their requests under way cancelled, so a control plane stopped next hears
+/// nothing more from them and they print nothing.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Runs the loops for as long as the process does (the demo's simulator).
+    pub async fn forever(mut self) {
+        futures::future::join_all(std::mem::take(&mut self.handles)).await;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
     }
 }
 
@@ -326,7 +370,7 @@ async fn heartbeats(client: Client, dark: Dark) {
     let nodes: Api<Node> = Api::all(client.clone());
     let mut tick = tokio::time::interval(HEARTBEAT);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut listed = true;
+    let (mut listed, mut beating) = (true, true);
     loop {
         tick.tick().await;
         let list = match nodes.list(&ListParams::default()).await {
@@ -340,7 +384,11 @@ async fn heartbeats(client: Client, dark: Dark) {
             }
         };
         listed = true;
-        let live = list.into_iter().filter(|n| !is_dark(&dark, &n.name_any()));
+        let live: Vec<Node> = list
+            .into_iter()
+            .filter(|n| !is_dark(&dark, &n.name_any()))
+            .collect();
+        let total = live.len();
         let results: Vec<Result<()>> = futures::stream::iter(live)
             .map(|n| {
                 let client = client.clone();
@@ -349,11 +397,24 @@ async fn heartbeats(client: Client, dark: Dark) {
             .buffer_unordered(HEARTBEAT_CONCURRENCY)
             .collect()
             .await;
-        for e in results.into_iter().filter_map(Result::err) {
-            // A node deleted by a test between the list and its heartbeat.
-            if !format!("{e:#}").contains("not found") {
-                eprintln!("[nodesim] heartbeat: {e:#}");
+        // A node deleted by a test between the list and its heartbeat is no failure.
+        let failed: Vec<String> = results
+            .into_iter()
+            .filter_map(Result::err)
+            .map(|e| format!("{e:#}"))
+            .filter(|e| !e.contains("not found"))
+            .collect();
+        // One line per failure streak, not one per node: an API server restarting under
+        // a thousand nodes would otherwise print a thousand lines a round.
+        match failed.first() {
+            Some(first) if std::mem::replace(&mut beating, false) => {
+                eprintln!(
+                    "[nodesim] heartbeat: {} of {total} nodes failed, e.g. {first}",
+                    failed.len()
+                );
             }
+            Some(_) => {}
+            None => beating = true,
         }
     }
 }

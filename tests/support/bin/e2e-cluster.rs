@@ -205,8 +205,7 @@ async fn demo(dir: &Path) -> Result<()> {
 
 async fn simulate(kubeconfig: &Path) -> Result<()> {
     let client = client_for(kubeconfig).await?;
-    let handles = NodeSim::new(client).run();
-    futures::future::join_all(handles).await;
+    NodeSim::new(client).run().forever().await;
     Ok(())
 }
 
