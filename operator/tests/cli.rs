@@ -1,5 +1,6 @@
 //! The binary's offline commands, as a user runs them: exit codes and messages.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -394,4 +395,29 @@ fn render_rejects_a_bad_secret_naming_what_to_fix() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("/nonexistent/secret.yaml: cannot read"));
+}
+
+#[test]
+fn render_for_an_old_server_prints_the_api_versions_it_serves() {
+    let stack = samples().join("lokistack-demo.yaml");
+    let pdb_versions = |version: Option<&str>| {
+        let mut args = vec!["render", "-f", stack.to_str().unwrap()];
+        args.extend(version.map(|v| ["--kube-version", v]).into_iter().flatten());
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        serde_yaml_ng::Deserializer::from_str(&text(&out.stdout))
+            .map(|d| <serde_yaml_ng::Value as serde::Deserialize>::deserialize(d).expect("doc"))
+            .filter(|d| d["kind"].as_str() == Some("PodDisruptionBudget"))
+            .map(|d| d["apiVersion"].as_str().unwrap_or_default().to_string())
+            .collect::<BTreeSet<String>>()
+    };
+    // As the operator applies them: 1.20 serves no policy/v1.
+    assert_eq!(
+        pdb_versions(Some("1.20")),
+        BTreeSet::from(["policy/v1beta1".to_string()])
+    );
+    assert_eq!(
+        pdb_versions(None),
+        BTreeSet::from(["policy/v1".to_string()])
+    );
 }

@@ -17,7 +17,8 @@ use crate::model::defaults::effective;
 use crate::model::go_compat;
 use crate::model::names;
 use crate::model::storage::StoreParams;
-use crate::render::{render, to_yaml_stream, ServerCapabilities, Settings};
+use crate::render::kinds::ChildKind;
+use crate::render::{render, Child, ServerCapabilities, Settings};
 
 /// Exit code for input the user must fix.
 pub const EXIT_INVALID: i32 = 2;
@@ -225,6 +226,20 @@ fn store(
     Ok((params, None))
 }
 
+/// The YAML stream for `kubectl apply -f -`, each object under the API version the server
+/// serves its kind as, as the operator applies it (`policy/v1beta1` PodDisruptionBudgets
+/// before 1.21: the rendered type is newer, with the same fields).
+fn yaml_stream(children: &[Child], caps: &ServerCapabilities) -> Result<String, String> {
+    let mut out = String::new();
+    for c in children {
+        let mut json = c.to_json().map_err(|e| e.to_string())?;
+        json["apiVersion"] = ChildKind::of(c).resource(caps).api_version.into();
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&json).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
 pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
     let mut stack = parse_stack(&req.stack_file, &read(&req.stack_file)?)?;
     if let Some(ns) = &req.namespace {
@@ -259,7 +274,7 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
         }
     }
     let children = render(&stack, &eff, &req.settings, &req.capabilities)?;
-    let yaml = to_yaml_stream(&children)
+    let yaml = yaml_stream(&children, &req.capabilities)
         .map_err(|e| input_err(&req.stack_file, format!("cannot serialise: {e}")))?;
     let warning = go_compat::warning(&go_compat::unsupported_fields(&stack.spec));
     Ok(RenderOutput {
