@@ -123,6 +123,21 @@ pub async fn a_stalled_leader_stops_before_a_standby_takes_over(env: &mut Env) -
     let result = async {
         standby.wait_ready(Duration::from_secs(60)).await?;
         let audit = env.cp.dir.join("audit.log");
+        // A write the leader sent before the stall but that the stalled proxy delivers
+        // only after it would look like a write after the term: stall only once the
+        // leader's first term (with nothing changed, it writes nothing) has gone quiet.
+        eventually("the leader quiet before the stall", WAIT, || async {
+            let before = std::fs::metadata(&audit).map_or(0, |m| m.len() as usize);
+            let since = Timestamp::now();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let (writes, _) = requests_from(&audit, before, SOURCE_IP, since);
+            // Lease renewals go on while it leads.
+            Ok(writes
+                .iter()
+                .all(|w| w.contains("\"leases\""))
+                .then_some(()))
+        })
+        .await?;
         let from = std::fs::metadata(&audit).map_or(0, |m| m.len() as usize);
         proxy.stall();
         let stalled_at = Instant::now();

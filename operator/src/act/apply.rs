@@ -6,6 +6,11 @@
 //! cached version still matches is not sent again, so a resync in which nothing changed
 //! writes nothing. An edit or deletion by someone else changes the cached version (or
 //! removes the object), and the next reconcile applies it again.
+//!
+//! A failover is free too: the hash also goes onto the object, as
+//! [`names::ANNOTATION_APPLIED_HASH`]. A new leader, which remembers nothing, skips an
+//! object whose annotation matches what it renders, unless someone else owns fields of
+//! it beyond metadata and status (their edit may have changed what was applied).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -22,7 +27,7 @@ use serde_json::Value;
 use crate::act::takeover::{self, TakeOverError};
 use crate::model::conditions::Reason;
 use crate::model::names;
-use crate::observe::{version_of, Snapshot};
+use crate::observe::{version_of, ChildState, Snapshot};
 use crate::render::kinds::ChildKind;
 use crate::render::{Child, ServerCapabilities};
 
@@ -97,6 +102,24 @@ struct Applied {
     hash: u64,
     /// [`version_of`] the object the server returned.
     version: String,
+}
+
+/// Whether the server's copy is what this operator would apply now (`rendered`, whose
+/// hash is `hash`): what it applied last in this term (same hash, same version), or,
+/// with no memory of it (a new leader), an object whose applied-hash annotation is this
+/// hash and of whose rendered fields nobody else owns any (a controller's own fields,
+/// such as a ServiceAccount's token `secrets`, are no edit of ours). Another writer's
+/// fields on an unchanged object change neither our hash nor its generation: only the
+/// cache's marks tell that a take-over is due.
+fn unchanged(remembered: Option<&Applied>, now: &ChildState, hash: u64, rendered: &Value) -> bool {
+    let same = match remembered {
+        Some(last) => last.hash == hash && last.version == now.version,
+        None => {
+            let edited = now.foreign_fields.iter().any(|f| rendered.get(f).is_some());
+            now.applied_hash.as_deref() == Some(format!("{hash:016x}").as_str()) && !edited
+        }
+    };
+    same && !now.written_by_go
 }
 
 /// Never adopt: an object of the child's name that exists without this stack's
@@ -260,15 +283,14 @@ impl Applier {
         // PodDisruptionBudgets before 1.21; the fields are the same).
         json["apiVersion"] = Value::String(resource.api_version.clone());
         let hash = hash_json(&json);
+        json["metadata"]["annotations"][names::ANNOTATION_APPLIED_HASH] =
+            Value::String(format!("{hash:016x}"));
         let id = (kind, name);
         let server = snapshot.children.get(&id);
         let remembered = self.memory().get(key).and_then(|m| m.get(&id)).cloned();
-        if let (Some(last), Some(now)) = (remembered, server) {
-            // Another writer's fields on an unchanged object change neither our hash nor
-            // its generation: only the cache's marks tell that a take-over is due.
-            if last.hash == hash && last.version == now.version && !now.written_by_go {
-                return Ok(false);
-            }
+        if let Some(now) = server.filter(|now| unchanged(remembered.as_ref(), now, hash, &json)) {
+            self.remember(key, id, hash, now.version.clone());
+            return Ok(false);
         }
         match server {
             None => check_not_foreign(&api, kind, &id.1, &snapshot.uid).await?,
@@ -288,15 +310,15 @@ impl Applier {
                 name: id.1.clone(),
                 source,
             })?;
-        let applied = Applied {
-            hash,
-            version: version_of(&result.metadata),
-        };
+        self.remember(key, id, hash, version_of(&result.metadata));
+        Ok(true)
+    }
+
+    fn remember(&self, key: &StackKey, id: (ChildKind, String), hash: u64, version: String) {
         self.memory()
             .entry(key.clone())
             .or_default()
-            .insert(id, applied);
-        Ok(true)
+            .insert(id, Applied { hash, version });
     }
 
     /// Deletes a child the stack no longer renders (such as the ruler after it is
@@ -343,5 +365,64 @@ mod tests {
             hash_json(&a),
             hash_json(&serde_json::json!({"a": 2, "b": [1, 2]}))
         );
+    }
+
+    /// In a term, memory decides; a new leader trusts the object's applied-hash unless
+    /// someone else edited it; the Go operator's fields always mean a take-over.
+    #[test]
+    fn unchanged_in_a_term_or_by_the_annotation_after_a_failover() {
+        let hash = 0xabcd;
+        let spec = serde_json::json!({"kind": "Deployment", "spec": {"replicas": 2}});
+        let tagged = ChildState {
+            applied_hash: Some(format!("{hash:016x}")),
+            ..ChildState::ours("g3")
+        };
+        let last = Applied {
+            hash,
+            version: "g3".into(),
+        };
+        assert!(unchanged(Some(&last), &tagged, hash, &spec));
+        assert!(
+            !unchanged(Some(&last), &tagged, hash + 1, &spec),
+            "the spec changed"
+        );
+        let edited = ChildState {
+            version: "g4".into(),
+            ..tagged.clone()
+        };
+        assert!(
+            !unchanged(Some(&last), &edited, hash, &spec),
+            "someone edited it"
+        );
+        assert!(
+            unchanged(None, &tagged, hash, &spec),
+            "a new leader, nothing changed"
+        );
+        assert!(!unchanged(None, &tagged, hash + 1, &spec));
+        assert!(
+            !unchanged(None, &ChildState::ours("g3"), hash, &spec),
+            "never applied with the annotation"
+        );
+        let foreign = ChildState {
+            foreign_fields: ["spec".to_string()].into(),
+            ..tagged.clone()
+        };
+        let token = ChildState {
+            foreign_fields: ["secrets".to_string()].into(),
+            ..tagged.clone()
+        };
+        assert!(
+            unchanged(None, &token, hash, &spec),
+            "a field we never render"
+        );
+        assert!(
+            !unchanged(None, &foreign, hash, &spec),
+            "kubectl edit: apply again"
+        );
+        let go = ChildState {
+            written_by_go: true,
+            ..tagged
+        };
+        assert!(!unchanged(Some(&last), &go, hash, &spec));
     }
 }

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeStatus, Pod, PodSpec, PodStatus, Secret,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use k8s_openapi::ByteString;
 use kube::api::ObjectMeta;
 use kube::ResourceExt;
@@ -138,7 +138,15 @@ pub fn strip_volume(pv: &mut PersistentVolume) {
 /// store is the StatefulSets' child cache too).
 pub fn strip_statefulset(s: &mut StatefulSet) {
     keep_markers(&mut s.metadata);
-    s.metadata.annotations = None;
+    s.metadata.annotations = s
+        .metadata
+        .annotations
+        .take()
+        .map(|mut a| {
+            a.retain(|k, _| k == names::ANNOTATION_APPLIED_HASH);
+            a
+        })
+        .filter(|a| !a.is_empty());
     s.spec = s.spec.take().map(|spec| StatefulSetSpec {
         replicas: spec.replicas,
         update_strategy: spec.update_strategy,
@@ -163,7 +171,31 @@ pub fn is_zone_aware(pod: &Pod) -> bool {
 /// A field manager entry the cache keeps (without its field set): who wrote the object.
 pub fn is_marker(e: &ManagedFieldsEntry) -> bool {
     let manager = e.manager.as_deref();
-    manager == Some(names::FIELD_MANAGER) || is_go_entry(e)
+    manager == Some(names::FIELD_MANAGER) || is_go_entry(e) || is_foreign_edit(e)
+}
+
+/// Someone else (a `kubectl edit`, `kubectl scale`, another controller) owns fields of
+/// the object beyond its metadata and status: the object may differ from what this
+/// operator applied even where its applied-hash says otherwise. Status writers and
+/// metadata-only writers (the deployment controller's revision annotation) do not count.
+pub fn is_foreign_edit(e: &ManagedFieldsEntry) -> bool {
+    let ours = e.manager.as_deref() == Some(names::FIELD_MANAGER);
+    let status = e.subresource.as_deref() == Some("status");
+    let marked = e.operation.as_deref() == Some(FOREIGN_EDIT);
+    marked || (!ours && !status && !is_go_entry(e) && !top_fields(e).is_empty())
+}
+
+/// The top-level fields an entry owns, but metadata and status: `f:spec` as `spec`.
+fn top_fields(e: &ManagedFieldsEntry) -> Vec<String> {
+    e.fields_v1
+        .as_ref()
+        .and_then(|f| f.0.as_object())
+        .into_iter()
+        .flat_map(|f| f.keys())
+        .filter_map(|k| k.strip_prefix("f:"))
+        .filter(|k| *k != "metadata" && *k != "status")
+        .map(str::to_string)
+        .collect()
 }
 
 pub fn is_go_entry(e: &ManagedFieldsEntry) -> bool {
@@ -173,30 +205,66 @@ pub fn is_go_entry(e: &ManagedFieldsEntry) -> bool {
 }
 
 /// Keeps only the entries [`is_marker`] selects, without their field sets, which are
-/// most of an object's metadata and which nothing but the take-over needs.
+/// most of an object's metadata and which nothing but the take-over needs. A foreign
+/// edit keeps the top-level fields it owns (`{"f:spec": {}}`), marked so that stripping
+/// again keeps it.
 pub fn keep_markers(meta: &mut ObjectMeta) {
     if let Some(entries) = meta.managed_fields.take() {
         let kept: Vec<_> = entries
             .into_iter()
             .filter(is_marker)
-            .map(|e| ManagedFieldsEntry {
-                fields_v1: None,
-                ..e
+            .map(|e| {
+                let foreign = is_foreign_edit(&e);
+                let fields: serde_json::Map<String, serde_json::Value> = top_fields(&e)
+                    .into_iter()
+                    .map(|f| (format!("f:{f}"), serde_json::json!({})))
+                    .collect();
+                ManagedFieldsEntry {
+                    fields_v1: foreign.then_some(FieldsV1(serde_json::Value::Object(fields))),
+                    operation: if foreign {
+                        Some(FOREIGN_EDIT.into())
+                    } else {
+                        e.operation
+                    },
+                    ..e
+                }
             })
             .collect();
         meta.managed_fields = (!kept.is_empty()).then_some(kept);
     }
 }
 
-/// Whether this operator has applied the object, and whether the Go operator's fields are
-/// still on it, from the entries [`keep_markers`] left.
-pub fn writers(meta: &ObjectMeta) -> (bool, bool) {
+/// The top-level fields (`spec`, `secrets`, ...) that someone else owns on the object,
+/// from the entries [`keep_markers`] left.
+pub fn foreign_fields(meta: &ObjectMeta) -> std::collections::BTreeSet<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter(|e| e.operation.as_deref() == Some(FOREIGN_EDIT))
+        .flat_map(top_fields)
+        .collect()
+}
+
+/// The operation a kept [`is_foreign_edit`] entry carries in the cache.
+const FOREIGN_EDIT: &str = "ForeignEdit";
+
+/// Who wrote a child, from the entries [`keep_markers`] left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Writers {
+    /// This operator has applied it.
+    pub ours: bool,
+    /// The Go operator's fields are still on it.
+    pub go: bool,
+}
+
+pub fn writers(meta: &ObjectMeta) -> Writers {
     let entries = meta.managed_fields.iter().flatten();
-    let ours = entries
-        .clone()
-        .any(|e| e.manager.as_deref() == Some(names::FIELD_MANAGER));
-    let go = entries.clone().any(is_go_entry);
-    (ours, go)
+    Writers {
+        ours: entries
+            .clone()
+            .any(|e| e.manager.as_deref() == Some(names::FIELD_MANAGER)),
+        go: entries.clone().any(is_go_entry),
+    }
 }
 
 #[cfg(test)]
@@ -365,7 +433,8 @@ mod tests {
         let kept = meta.managed_fields.as_ref().expect("kept");
         assert_eq!(kept.len(), 1);
         assert!(kept[0].fields_v1.is_none());
-        assert_eq!(writers(&meta), (false, true));
+        let w = |ours, go| Writers { ours, go };
+        assert_eq!(writers(&meta), w(false, true));
         meta.managed_fields = Some(vec![entry(
             names::FIELD_MANAGER,
             "Apply",
@@ -373,15 +442,56 @@ mod tests {
             serde_json::json!({}),
         )]);
         keep_markers(&mut meta);
-        assert_eq!(writers(&meta), (true, false));
+        assert_eq!(writers(&meta), w(true, false));
+        // A metadata-only writer (the deployment controller's revision annotation) is
+        // not an edit of what we applied.
         meta.managed_fields = Some(vec![entry(
-            "kubectl",
+            "kube-controller-manager",
             "Update",
             None,
-            serde_json::json!({}),
+            serde_json::json!({"f:metadata": {"f:annotations": {}}}),
         )]);
         keep_markers(&mut meta);
         assert_eq!(meta.managed_fields, None);
-        assert_eq!(writers(&meta), (false, false));
+        assert_eq!(writers(&meta), w(false, false));
+    }
+
+    /// `kubectl edit` of the spec is an edit by someone else, and the mark (with the
+    /// top-level fields it owns) outlives the stripping of the field sets.
+    #[test]
+    fn the_cache_marks_a_foreign_edit_of_the_spec() {
+        let mut meta = ObjectMeta {
+            managed_fields: Some(vec![
+                entry(
+                    names::FIELD_MANAGER,
+                    "Apply",
+                    None,
+                    serde_json::json!({"f:spec": {}}),
+                ),
+                entry(
+                    "kubectl-edit",
+                    "Update",
+                    None,
+                    serde_json::json!({"f:spec": {"f:replicas": {}}}),
+                ),
+                entry(
+                    "token-controller",
+                    "Update",
+                    None,
+                    serde_json::json!({"f:secrets": {}}),
+                ),
+            ]),
+            ..Default::default()
+        };
+        let fields = |m: &ObjectMeta| foreign_fields(m).into_iter().collect::<Vec<_>>();
+        keep_markers(&mut meta);
+        assert_eq!(fields(&meta), ["secrets", "spec"]);
+        keep_markers(&mut meta);
+        assert_eq!(
+            fields(&meta),
+            ["secrets", "spec"],
+            "stripping twice keeps them"
+        );
+        assert!(writers(&meta).ours);
     }
 }

@@ -66,6 +66,10 @@ pub const ZONE_VALUES_SEPARATOR: &str = "_";
 /// an ingester then leaves its streams one copy short of what the outage already took.
 pub const ANNOTATION_ROLL_DURING_OUTAGE: &str = "loki.grafana.com/roll-during-zone-outage";
 pub const ANNOTATION_CONFIG_HASH: &str = "loki.grafana.com/config-hash";
+/// On every child, the hash of what this operator last applied: a new leader, which
+/// remembers nothing, sends again only what differs from it (or what someone else
+/// edited), so a failover writes nothing when nothing changed.
+pub const ANNOTATION_APPLIED_HASH: &str = "loki.grafana.com/applied-hash";
 /// On a LokiStack, how long queriers and rulers wait, once the write path runs
 /// zone-aware, before they turn zone-aware too (a duration: `90s`, `10m`, `3h`). The
 /// default is Loki's `querier.query_ingesters_within`; shorter lets a query miss a stream

@@ -15,7 +15,7 @@ use kube::Client;
 use kube::ResourceExt;
 
 use crate::caches::reflectors::Caches;
-use crate::caches::strip::writers;
+use crate::caches::strip::{foreign_fields, writers};
 use crate::checks::podzone::node_name;
 use crate::model::api::LokiStack;
 use crate::model::defaults::{zone_aware, Component};
@@ -74,6 +74,11 @@ pub struct ChildState {
     pub applied_by_us: bool,
     /// The Go Loki Operator's fields are on it: the next apply takes them over first.
     pub written_by_go: bool,
+    /// The top-level fields (`spec`, `secrets`) someone else owns on it (`kubectl edit`,
+    /// a controller), but metadata and status.
+    pub foreign_fields: std::collections::BTreeSet<String>,
+    /// [`names::ANNOTATION_APPLIED_HASH`]: the hash of what this operator last applied.
+    pub applied_hash: Option<String>,
 }
 
 impl ChildState {
@@ -84,6 +89,8 @@ impl ChildState {
             version: version.to_string(),
             applied_by_us: true,
             written_by_go: false,
+            foreign_fields: Default::default(),
+            applied_hash: None,
         }
     }
 }
@@ -220,11 +227,17 @@ fn owned_children(
                 .flatten()
                 .any(|o| o.controller == Some(true) && o.uid == uid);
         if let (true, Some(name)) = (ours, meta.name.clone()) {
-            let (applied_by_us, written_by_go) = writers(meta);
+            let w = writers(meta);
             let state = ChildState {
                 version: version_of(meta),
-                applied_by_us,
-                written_by_go,
+                applied_by_us: w.ours,
+                written_by_go: w.go,
+                foreign_fields: foreign_fields(meta),
+                applied_hash: meta
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(names::ANNOTATION_APPLIED_HASH))
+                    .cloned(),
             };
             out.insert((kind, name), state);
         }

@@ -496,9 +496,9 @@ mod tests {
         let s = stack("s", stack_spec(LokiStackSize::Demo));
         let mut snap = snapshot_for(&s);
         let go = ChildState {
-            version: "g4".into(),
             applied_by_us: false,
             written_by_go: true,
+            ..ChildState::ours("g4")
         };
         snap.children
             .insert((ChildKind::Deployment, "s-gateway".into()), go.clone());

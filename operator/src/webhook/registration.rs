@@ -453,12 +453,11 @@ pub struct Keeper {
 }
 
 /// Keeps the configuration `C` equal to [`Registered::want`] while this replica leads:
-/// applies it at the start of the term, whenever the stacks or the CA bundle change, and
-/// when a read-back finds it changed by someone else; writes nothing otherwise. Runs
-/// until its term's task is aborted.
+/// puts it in place at the start of the term (unless it is already), whenever the stacks
+/// or the CA bundle change, and when a read-back finds it changed by someone else; writes
+/// nothing otherwise. Runs until its term's task is aborted.
 pub async fn keep<C: Registered>(mut k: Keeper) {
     let api: Api<C> = Api::all(k.client.clone());
-    let params = PatchParams::apply(names::FIELD_MANAGER).force();
     let mut applied: Option<C> = None;
     let mut checked = Instant::now();
     // Until the stacks are listed the configuration would cover no namespace: applying it
@@ -489,21 +488,8 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
                     owner = install_owner(&k.client).await;
                 }
             }
-            if applied.as_ref() != Some(&want) {
-                match api.patch(C::NAME, &params, &Patch::Apply(&want)).await {
-                    Ok(_) => {
-                        let covered = covered_by(&want);
-                        info!(namespaces = ?covered, "{} webhook configuration applied", C::WHAT);
-                        k.feed.applied(covered);
-                        k.metrics.webhook_configuration(C::WHAT, true);
-                        applied = Some(want);
-                    }
-                    Err(e) => {
-                        k.feed.failed();
-                        k.metrics.webhook_configuration(C::WHAT, false);
-                        warn!(error = %e, "cannot apply the {} webhook configuration", C::WHAT);
-                    }
-                }
+            if applied.as_ref() != Some(&want) && put(&api, &want, applied.is_none(), &k).await {
+                applied = Some(want);
             }
         }
         tokio::select! {
@@ -533,6 +519,43 @@ async fn install_owner(client: &Client) -> Option<OwnerReference> {
         Err(e) => {
             warn!(error = %e, role = names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE, "cannot read the install's ClusterRole: the webhook configurations get no owner, and outlive an uninstall that skips `make undeploy`");
             None
+        }
+    }
+}
+
+/// Puts `want` in place; true once it is. A new term (`first`) that finds it in place
+/// already (a failover, nothing changed) writes nothing.
+async fn put<C: Registered>(api: &Api<C>, want: &C, first: bool, k: &Keeper) -> bool {
+    let live = if first {
+        api.get_opt(C::NAME).await.ok().flatten()
+    } else {
+        None
+    };
+    let in_place = live.is_some_and(|live| {
+        owned_parts(&live) == owned_parts(want)
+            && live.meta().owner_references == want.meta().owner_references
+    });
+    let params = PatchParams::apply(names::FIELD_MANAGER).force();
+    let result = match in_place {
+        true => Ok(()),
+        false => api
+            .patch(C::NAME, &params, &Patch::Apply(want))
+            .await
+            .map(|_| ()),
+    };
+    match result {
+        Ok(()) => {
+            let covered = covered_by(want);
+            info!(namespaces = ?covered, sent = !in_place, "{} webhook configuration in place", C::WHAT);
+            k.feed.applied(covered);
+            k.metrics.webhook_configuration(C::WHAT, true);
+            true
+        }
+        Err(e) => {
+            k.feed.failed();
+            k.metrics.webhook_configuration(C::WHAT, false);
+            warn!(error = %e, "cannot apply the {} webhook configuration", C::WHAT);
+            false
         }
     }
 }
