@@ -51,6 +51,9 @@ use outage::{
     runbook_commands_move_the_compactor_out_of_a_lost_zone, two_zones_down_lose_write_quorum,
     zone_goes_dark_the_way_nodes_fail, zones_come_back_and_tolerance_is_restored,
 };
+#[path = "e2e/render_secret.rs"]
+mod render_secret;
+use render_secret::render_with_the_secret_is_what_the_operator_applies;
 #[path = "e2e/restart.rs"]
 mod restart;
 #[path = "e2e/stalled_leader.rs"]
@@ -1635,6 +1638,7 @@ fn main() -> std::process::ExitCode {
         the_per_stack_switch_lets_a_zone_go_while_another_is_down,
         ingesters_removed_by_a_scale_down_leave_the_ring_first,
         zones_turn_on_write_path_first_and_off_read_path_first,
+        render_with_the_secret_is_what_the_operator_applies,
         idle_resyncs_write_nothing,
         a_new_leader_writes_nothing_when_nothing_changed,
     ];
