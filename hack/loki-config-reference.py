@@ -23,7 +23,8 @@ How the reference is read:
   `key:` followed by deeper lines is an inline block; `[<name>]` embeds the fields of
   block <name> into the enclosing block (Go's inline structs); `[: <map of ...>]` as the
   only line of an inline block makes that block the map itself;
-- `<list of Xs>` resolves X to a named block or a scalar where one exists;
+- `<list of Xs>` resolves X to a named block or a scalar where one exists; `<X...>` is a
+  list of X as well;
 - `<int>` whose default is printed with a byte unit (`4GB`, `256KB`) accepts a size
   string as well ("bytes"); `<int>` whose default is printed as a word (`auto`) accepts
   that word form ("named_int"): the reference prints defaults through the field's own
@@ -82,6 +83,17 @@ SUPPLEMENTS = {
             "period": {"type": "duration"},
             "priority": {"type": "int"},
             "selector": {"type": "string"},
+        }
+    },
+    # pkg/util/validation/blocked_queries.go: type BlockedQuery (limits_config.blocked_queries).
+    # `types` is a dskit StringSliceCSV, which decodes one comma-separated string.
+    "blocked_query": {
+        "fields": {
+            "pattern": {"type": "string"},
+            "regex": {"type": "boolean"},
+            "hash": {"type": "int"},
+            "types": {"type": "string"},
+            "query_tags": {"map": {"type": "string"}},
         }
     },
 }
@@ -151,6 +163,9 @@ def int_type(default: str | None) -> str:
 
 def type_node(spec: str, default: str | None, blocks: set[str]) -> dict:
     spec = spec.strip()
+    if spec.endswith("..."):
+        # `<name...>`: the reference's way of printing a Go slice of that type.
+        return {"list": type_node(spec[: -len("...")], None, blocks)}
     if spec.startswith("list of "):
         inner = singular(spec[len("list of "):].strip(), blocks)
         return {"list": type_node(inner, None, blocks)}
