@@ -8,6 +8,8 @@
 //! replication factor) is never an admission error: it is a status condition, so a stack
 //! can always be edited while the cluster is broken.
 
+use std::sync::OnceLock;
+
 use kube_cel::Validator as CelValidator;
 use loki_zone_operator::checks::validate::validate;
 use loki_zone_operator::cli::crd_yaml;
@@ -15,9 +17,14 @@ use loki_zone_operator::model::api::LokiStack;
 use loki_zone_operator_tests::repo_root;
 use serde_json::{json, Value};
 
-fn schema() -> Value {
-    let crd: Value = serde_yaml_ng::from_str(&crd_yaml().expect("crd")).expect("yaml");
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+/// The generated CRD's schema, built once: the probe test below validates hundreds of
+/// stacks against it.
+fn schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let crd: Value = serde_yaml_ng::from_str(&crd_yaml().expect("crd")).expect("yaml");
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    })
 }
 
 #[test]
@@ -47,7 +54,9 @@ fn valid_stack() -> Value {
 
 /// JSON-pointer paths of OpenAPI violations.
 fn openapi_errors(object: &Value) -> Vec<String> {
-    let validator = jsonschema::validator_for(&schema()).expect("schema compiles");
+    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
+    let validator =
+        VALIDATOR.get_or_init(|| jsonschema::validator_for(schema()).expect("schema compiles"));
     validator
         .iter_errors(object)
         .map(|e| e.instance_path.to_string())
@@ -57,7 +66,7 @@ fn openapi_errors(object: &Value) -> Vec<String> {
 /// Field paths of CEL rule violations.
 fn cel_errors(object: &Value) -> Vec<String> {
     CelValidator::new()
-        .validate(&schema(), object, None)
+        .validate(schema(), object, None)
         .into_iter()
         .map(|e| e.field_path)
         .collect()
@@ -127,6 +136,14 @@ fn openapi_constraints_reject_with_the_field_named() {
             "unknown size",
             with(|v| v["spec"]["size"] = json!("2x.huge")),
             "/spec/size",
+        ),
+        (
+            // The Go Loki Operator's MinProperties: an empty rule would block everything.
+            "empty blocked query",
+            with(|v| {
+                v["spec"]["limits"] = json!({"tenants": {"a": {"queries": {"blocked": [{}]}}}})
+            }),
+            "/spec/limits/tenants/a/queries/blocked/0",
         ),
         (
             "unknown storage type",
@@ -397,6 +414,12 @@ fn no_user_string_reaches_lokis_config_expandable() {
         "spec.limits.global.retention.streams.0.selector",
         "spec.limits.tenants.team-a.retention.streams.0.selector",
         "spec.limits.tenants.team-a (key)",
+        "spec.limits.global.queries.blocked.0.pattern",
+        "spec.limits.tenants.team-a.queries.blocked.0.pattern",
+        "spec.limits.global.otlp.streamLabels.resourceAttributes.0.name",
+        "spec.limits.global.otlp.drop.resourceAttributes.0.name",
+        "spec.limits.global.otlp.drop.scopeAttributes.0.name",
+        "spec.limits.tenants.team-a.otlp.drop.logAttributes.0.name",
     ] {
         assert!(
             refused.iter().any(|r| r == must),

@@ -11,8 +11,8 @@ use anyhow::{bail, Context, Result};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use loki_zone_operator::model::api::{
     LokiStack, MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW, QUALIFIED_NAME_MAX_LEN,
-    RULE_KEY_PREFIX_MSG, RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG,
-    RULE_UNIQUE_KEYS_MSG,
+    RULE_IPV6_ADDR_TYPE_MSG, RULE_KEY_PREFIX_MSG, RULE_NAME_LENGTH_MSG,
+    RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
 };
 use loki_zone_operator::model::names::MAX_STACK_NAME_LEN;
 use serde_json::{json, Value};
@@ -136,7 +136,98 @@ pub fn invalid_cases() -> Vec<Invalid> {
     }
     limits(&mut t);
     rule_selectors(&mut t);
+    hash_ring(&mut t);
+    for (i, c) in COMPONENTS.iter().enumerate() {
+        pod_anti_affinity(&mut t, i, c);
+    }
     t.0
+}
+
+/// The Go Loki Operator's memberlist settings: enums, and IPv6 with the default address.
+fn hash_ring(t: &mut Table) {
+    t.bad("hash-ring-type", "hashRing.type", json!("consul"));
+    t.bad(
+        "hash-ring-addr-type",
+        "hashRing.memberlist.instanceAddrType",
+        json!("hostIP"),
+    );
+    t.cel(
+        "hash-ring-ipv6-default-addr",
+        "spec.hashRing.memberlist.instanceAddrType",
+        RULE_IPV6_ADDR_TYPE_MSG,
+        |v| {
+            let m = json!({"instanceAddrType": "default", "enableIPv6": true});
+            set(
+                v,
+                "hashRing",
+                json!({"type": "memberlist", "memberlist": m}),
+            );
+        },
+    );
+}
+
+/// Kubernetes' PodAntiAffinity schema, under every component: the required fields of a
+/// term (in both lists) and of its selectors, and a weighted term's weight and term.
+fn pod_anti_affinity(t: &mut Table, i: usize, component: &str) {
+    const REQ: &str = "requiredDuringSchedulingIgnoredDuringExecution";
+    const PREF: &str = "preferredDuringSchedulingIgnoredDuringExecution";
+    let at = format!("template.{component}.podAntiAffinity");
+    let host = json!("kubernetes.io/hostname");
+    let terms = [
+        ("no-topology-key", "topologyKey", json!({})),
+        (
+            "label-no-key",
+            "labelSelector.matchExpressions[0].key",
+            json!({"topologyKey": host, "labelSelector": {"matchExpressions": [{"operator": "Exists"}]}}),
+        ),
+        (
+            "label-no-op",
+            "labelSelector.matchExpressions[0].operator",
+            json!({"topologyKey": host, "labelSelector": {"matchExpressions": [{"key": "a"}]}}),
+        ),
+        (
+            "ns-no-key",
+            "namespaceSelector.matchExpressions[0].key",
+            json!({"topologyKey": host, "namespaceSelector": {"matchExpressions": [{"operator": "Exists"}]}}),
+        ),
+        (
+            "ns-no-op",
+            "namespaceSelector.matchExpressions[0].operator",
+            json!({"topologyKey": host, "namespaceSelector": {"matchExpressions": [{"key": "a"}]}}),
+        ),
+    ];
+    for (name, field, term) in terms {
+        let anti = json!({ REQ: [term.clone()] });
+        t.case(
+            &format!("anti-{i}-req-{name}"),
+            &format!("spec.{at}.{REQ}[0].{field}"),
+            EVERY_SERVER,
+            |v| set(v, &at, anti),
+        );
+        let anti = json!({ PREF: [{"weight": 1, "podAffinityTerm": term}] });
+        t.case(
+            &format!("anti-{i}-pref-{name}"),
+            &format!("spec.{at}.{PREF}[0].podAffinityTerm.{field}"),
+            EVERY_SERVER,
+            |v| set(v, &at, anti),
+        );
+    }
+    let weighted = [
+        (
+            "no-weight",
+            "weight",
+            json!({"podAffinityTerm": {"topologyKey": host}}),
+        ),
+        ("no-term", "podAffinityTerm", json!({"weight": 1})),
+    ];
+    for (name, field, item) in weighted {
+        t.case(
+            &format!("anti-{i}-pref-{name}"),
+            &format!("spec.{at}.{PREF}[0].{field}"),
+            EVERY_SERVER,
+            |v| set(v, &at, json!({ PREF: [item] })),
+        );
+    }
 }
 
 /// The Go Loki Operator's rule selectors are kept, with Kubernetes' LabelSelector schema.
@@ -503,6 +594,55 @@ fn limits(t: &mut Table) {
             let s = json!({"days": 1, "selector": "{a=\"${AWS_SECRET_ACCESS_KEY}\"}"});
             set(v, &retention, stream(s));
         });
+        blocked_and_otlp(t, scope, tag);
+    }
+}
+
+/// Blocked queries and OTLP attribute rules: names required, no `$` in what reaches
+/// Loki's config, query types from the enum.
+fn blocked_and_otlp(t: &mut Table, scope: &str, tag: &str) {
+    let blocked = format!("limits.{scope}.queries.blocked");
+    let cases = [
+        (
+            "dollar",
+            "pattern",
+            json!({"pattern": "{a=\"${AWS_SECRET_ACCESS_KEY}\"}"}),
+        ),
+        (
+            "type",
+            "types[0]",
+            json!({"pattern": "x", "types": ["all"]}),
+        ),
+    ];
+    for (name, key, item) in cases {
+        let f = format!("spec.{blocked}[0].{key}");
+        t.case(&format!("blocked-{tag}-{name}"), &f, EVERY_SERVER, |v| {
+            set(v, &blocked, json!([item]));
+        });
+    }
+    let lists = [
+        ("labels", "streamLabels.resourceAttributes"),
+        ("resource", "drop.resourceAttributes"),
+        ("scope", "drop.scopeAttributes"),
+        ("log", "drop.logAttributes"),
+    ];
+    for (short, list) in lists {
+        let path = format!("limits.{scope}.otlp.{list}");
+        let f = format!("spec.{path}[0].name");
+        let cases = [
+            ("no-name", json!({"regex": true})),
+            ("dollar", json!({"name": "k8s.${HOSTNAME}"})),
+        ];
+        for (name, item) in cases {
+            t.case(
+                &format!("otlp-{tag}-{short}-{name}"),
+                &f,
+                EVERY_SERVER,
+                |v| {
+                    set(v, &path, json!([item]));
+                },
+            );
+        }
     }
 }
 
@@ -536,6 +676,49 @@ pub fn valid_cases() -> Result<Vec<Valid>> {
         set(v, "storage.secret.credentialMode", json!("token"));
         set(v, "rules.selector", json!({"matchLabels": {"team": "a"}}));
         set(v, "limits.global.otlp", json!({"streamLabels": {}}));
+    });
+    // The Go Loki Operator's fields this operator acts on, with every part set.
+    bound("go-operator-ring-otlp-blocked", &|v| {
+        let memberlist = json!({"instanceAddrType": "podIP", "enableIPv6": true});
+        set(
+            v,
+            "hashRing",
+            json!({"type": "memberlist", "memberlist": memberlist}),
+        );
+        let term = json!({
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "ingester"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["logs"]}]},
+            "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "Exists"}]},
+            "namespaces": ["logs"],
+        });
+        let anti = json!({
+            "requiredDuringSchedulingIgnoredDuringExecution": [term],
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": term},
+                {"weight": 100, "podAffinityTerm": term},
+            ],
+        });
+        for c in COMPONENTS {
+            set(v, &format!("template.{c}.podAntiAffinity"), anti.clone());
+        }
+        let attrs =
+            |name: &str| json!([{"name": name}, {"name": format!("{name}\\..+"), "regex": true}]);
+        let otlp = |label: &str| {
+            json!({
+                "streamLabels": {"resourceAttributes": attrs(label)},
+                "drop": {"resourceAttributes": attrs("process"), "scopeAttributes": attrs("scope"), "logAttributes": attrs("log")},
+            })
+        };
+        let blocked = json!([
+            {"pattern": "{a=\"b\"} |= \"x\"", "types": ["filter", "limited", "metric"]},
+            {"pattern": ".*secret.*\\z", "regex": true},
+            {"hash": -2147483648}, {"hash": 2147483647},
+        ]);
+        set(v, "limits.global.otlp", otlp("k8s.namespace.name"));
+        set(v, "limits.global.queries.blocked", blocked.clone());
+        set(v, "limits.tenants.team-a.otlp", otlp("service.name"));
+        set(v, "limits.tenants.team-a.queries.blocked", blocked);
     });
     bound("factors-min", &|v| set(v, "replication.factor", json!(1)));
     bound("factors-max", &|v| {

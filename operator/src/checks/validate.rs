@@ -7,11 +7,15 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use k8s_openapi::api::core::v1::{PodAffinityTerm, PodAntiAffinity};
+
 use crate::model::api::{
-    LimitsTemplateSpec, LokiStack, LokiStackSpec, ObjectStorageSecretType, ZoneSpec, MAX_REPLICAS,
-    MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, QUALIFIED_NAME_MAX_LEN,
-    RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
-    SELECTOR_NO_DOLLAR_MSG, TENANT_NO_DOLLAR_MSG,
+    BlockedQuerySpec, InstanceAddrType, LimitsTemplateSpec, LokiStack, LokiStackSpec,
+    ObjectStorageSecretType, OtlpAttributeReference, OtlpSpec, ZoneSpec, BLOCKED_NO_DOLLAR_MSG,
+    MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, OTLP_DROP_STREAM_LABEL_MSG,
+    OTLP_NO_DOLLAR_MSG, QUALIFIED_NAME_MAX_LEN, RULE_IPV6_ADDR_TYPE_MSG, RULE_NAME_LENGTH_MSG,
+    RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG, SELECTOR_NO_DOLLAR_MSG,
+    TENANT_NO_DOLLAR_MSG,
 };
 use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::names::{self, MAX_STACK_NAME_LEN};
@@ -140,13 +144,19 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
     }
     storage(spec, &mut errors);
     nothing_to_expand(spec, &mut errors);
+    otlp_drops(spec, &mut errors);
+    hash_ring(spec, &mut errors);
     for c in Component::ALL {
+        let at = format!("spec.template.{}", c.spec_field());
         let replicas = c.template(spec).and_then(|t| t.replicas);
         if let Some(r) = replicas.filter(|r| !(0..=MAX_REPLICAS).contains(r)) {
             errors.push(err(
-                format!("spec.template.{}.replicas", c.spec_field()),
+                format!("{at}.replicas"),
                 format!("must be between 0 and {MAX_REPLICAS}, got {r}"),
             ));
+        }
+        if let Some(a) = c.template(spec).and_then(|t| t.pod_anti_affinity.as_ref()) {
+            anti_affinity(&format!("{at}.podAntiAffinity"), a, &mut errors);
         }
     }
     if errors.is_empty() {
@@ -158,30 +168,172 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
 
 /// No free-form string of the spec that is written into Loki's configuration may hold a
 /// `$`: Loki expands it from its environment (`-config.expand-env`), where the object
-/// store's credentials are. The CRD refuses it in selectors (a stack stored before that
-/// pattern is caught here); tenant names only here. Every other string that reaches the
-/// configuration is bound by a pattern or an enum.
+/// store's credentials are. The CRD refuses it in selectors, blocked query patterns and
+/// OTLP attribute names (a stack stored before those patterns is caught here); tenant
+/// names only here. Every other string that reaches the configuration is bound by a
+/// pattern or an enum.
 fn nothing_to_expand(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
     let Some(limits) = &spec.limits else {
         return;
     };
-    let selectors = |at: &str, l: &LimitsTemplateSpec, errors: &mut Vec<FieldError>| {
-        let streams = l.retention.iter().flat_map(|r| r.streams.iter());
-        for (i, s) in streams.enumerate() {
-            if s.selector.contains('$') {
-                let field = format!("{at}.retention.streams[{i}].selector");
-                errors.push(err(field, SELECTOR_NO_DOLLAR_MSG));
-            }
-        }
-    };
     if let Some(g) = &limits.global {
-        selectors("spec.limits.global", g, errors);
+        limit_strings("spec.limits.global", g, errors);
     }
     if limits.tenants.keys().any(|t| t.contains('$')) {
         errors.push(err("spec.limits.tenants", TENANT_NO_DOLLAR_MSG));
     }
     for (tenant, l) in &limits.tenants {
-        selectors(&format!("spec.limits.tenants.{tenant}"), l, errors);
+        limit_strings(&format!("spec.limits.tenants.{tenant}"), l, errors);
+    }
+}
+
+/// The strings of one limits block that reach Loki's configuration, with their paths
+/// (and a blocked query that sets nothing).
+fn limit_strings(at: &str, l: &LimitsTemplateSpec, errors: &mut Vec<FieldError>) {
+    let refuse = |errors: &mut Vec<FieldError>, field: String, text: &str, message: &str| {
+        if text.contains('$') {
+            errors.push(err(field, message));
+        }
+    };
+    let streams = l.retention.iter().flat_map(|r| r.streams.iter());
+    for (i, s) in streams.enumerate() {
+        let field = format!("{at}.retention.streams[{i}].selector");
+        refuse(errors, field, &s.selector, SELECTOR_NO_DOLLAR_MSG);
+    }
+    let blocked = l.queries.iter().flat_map(|q| q.blocked.iter().flatten());
+    for (i, b) in blocked.enumerate() {
+        if *b == BlockedQuerySpec::default() {
+            // The CRD's minProperties, for a stack stored before it.
+            errors.push(err(
+                format!("{at}.queries.blocked[{i}]"),
+                "an empty rule would refuse every query: set a hash, a pattern or types",
+            ));
+        }
+        let field = format!("{at}.queries.blocked[{i}].pattern");
+        refuse(
+            errors,
+            field,
+            b.pattern.as_deref().unwrap_or_default(),
+            BLOCKED_NO_DOLLAR_MSG,
+        );
+    }
+    for (list, refs) in l.otlp.iter().flat_map(otlp_lists) {
+        for (i, r) in refs.iter().enumerate() {
+            let field = format!("{at}.otlp.{list}[{i}].name");
+            refuse(errors, field, &r.name, OTLP_NO_DOLLAR_MSG);
+        }
+    }
+}
+
+/// Every attribute list of an OTLP setting, with its path under `otlp`.
+fn otlp_lists(o: &OtlpSpec) -> Vec<(&'static str, &[OtlpAttributeReference])> {
+    let mut out = Vec::new();
+    if let Some(s) = &o.stream_labels {
+        out.push((
+            "streamLabels.resourceAttributes",
+            &s.resource_attributes[..],
+        ));
+    }
+    if let Some(d) = &o.drop {
+        out.push(("drop.resourceAttributes", &d.resource_attributes[..]));
+        out.push(("drop.scopeAttributes", &d.scope_attributes[..]));
+        out.push(("drop.logAttributes", &d.log_attributes[..]));
+    }
+    out
+}
+
+/// A resource attribute named as a stream label (of the block, or of every tenant for a
+/// tenant's block) may not be dropped by name, as the Go Loki Operator checks: Loki
+/// would drop the label. Regular expressions are not compared.
+fn otlp_drops(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
+    let Some(limits) = &spec.limits else {
+        return;
+    };
+    let labels = |o: Option<&OtlpSpec>| -> BTreeSet<String> {
+        let refs = o.and_then(|o| o.stream_labels.as_ref());
+        refs.into_iter()
+            .flat_map(|s| s.resource_attributes.iter())
+            .filter(|r| !r.is_regex())
+            .map(|r| r.name.clone())
+            .collect()
+    };
+    let global = limits.global.as_ref().and_then(|g| g.otlp.as_ref());
+    let blocks = global.map(|g| ("spec.limits.global".to_string(), g, BTreeSet::new()));
+    let tenants = limits.tenants.iter().filter_map(|(t, l)| {
+        let own = l.otlp.as_ref()?;
+        Some((format!("spec.limits.tenants.{t}"), own, labels(global)))
+    });
+    for (at, own, mut kept) in blocks.into_iter().chain(tenants) {
+        kept.extend(labels(Some(own)));
+        let drops = own.drop.iter().flat_map(|d| d.resource_attributes.iter());
+        for (i, d) in drops.enumerate() {
+            if !d.is_regex() && kept.contains(&d.name) {
+                let field = format!("{at}.otlp.drop.resourceAttributes[{i}]");
+                errors.push(err(
+                    field,
+                    format!("{:?}: {OTLP_DROP_STREAM_LABEL_MSG}", d.name),
+                ));
+            }
+        }
+    }
+}
+
+/// `spec.hashRing.memberlist`: IPv6 advertises the pod IP, so `default` contradicts it
+/// (the CRD's CEL rule, again for servers without CEL).
+fn hash_ring(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
+    let memberlist = spec.hash_ring.as_ref().and_then(|h| h.memberlist.as_ref());
+    if memberlist
+        .is_some_and(|m| m.ipv6() && m.instance_addr_type == Some(InstanceAddrType::Default))
+    {
+        errors.push(err(
+            "spec.hashRing.memberlist.instanceAddrType",
+            RULE_IPV6_ADDR_TYPE_MSG,
+        ));
+    }
+}
+
+/// What the API server would refuse in the Deployment or StatefulSet (naming its own
+/// field, not the stack's): a weight outside 1..100, a topology key that is no label name.
+fn anti_affinity(at: &str, a: &PodAntiAffinity, errors: &mut Vec<FieldError>) {
+    let term = |field: String, t: &PodAffinityTerm, errors: &mut Vec<FieldError>| {
+        if t.topology_key.len() > QUALIFIED_NAME_MAX_LEN || !is_qualified_name(&t.topology_key) {
+            errors.push(err(
+                format!("{field}.topologyKey"),
+                format!(
+                    "{:?} is not a valid label name ([prefix/]name, e.g. kubernetes.io/hostname)",
+                    t.topology_key
+                ),
+            ));
+        }
+    };
+    let required = a
+        .required_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten();
+    for (i, t) in required.enumerate() {
+        term(
+            format!("{at}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"),
+            t,
+            errors,
+        );
+    }
+    let preferred = a
+        .preferred_during_scheduling_ignored_during_execution
+        .iter()
+        .flatten();
+    for (i, w) in preferred.enumerate() {
+        let field = format!("{at}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+        term(
+            format!("{field}.podAffinityTerm"),
+            &w.pod_affinity_term,
+            errors,
+        );
+        if !(1..=100).contains(&w.weight) {
+            errors.push(err(
+                format!("{field}.weight"),
+                format!("must be between 1 and 100, got {}", w.weight),
+            ));
+        }
     }
 }
 
@@ -517,5 +669,117 @@ mod tests {
             tenants: [("team-a".to_string(), limits("{a=\"b\"}"))].into(),
         });
         assert_eq!(validate(&spec), Ok(()));
+    }
+
+    fn spec_with(v: serde_json::Value) -> LokiStackSpec {
+        let mut base = serde_json::json!({
+            "size": "1x.small",
+            "storage": {"secret": {"name": "s3", "type": "s3"}},
+        });
+        if let (Some(b), Some(extra)) = (base.as_object_mut(), v.as_object()) {
+            b.extend(extra.clone());
+        }
+        serde_json::from_value(base).expect("spec")
+    }
+
+    fn fields(spec: &LokiStackSpec) -> Vec<String> {
+        match validate(spec) {
+            Ok(()) => vec![],
+            Err(InvalidSpec(e)) => e.into_iter().map(|e| e.field).collect(),
+        }
+    }
+
+    #[test]
+    fn a_dollar_in_blocked_queries_or_otlp_names_is_refused_naming_the_field() {
+        let spec = spec_with(serde_json::json!({"limits": {
+            "global": {
+                "queries": {"blocked": [{"pattern": "ok"}, {"pattern": "{a=\"${AWS_SECRET_ACCESS_KEY}\"}"}]},
+                "otlp": {"streamLabels": {"resourceAttributes": [{"name": "a$b"}]}},
+            },
+            "tenants": {"t": {"otlp": {"drop": {
+                "resourceAttributes": [{"name": "ok"}],
+                "scopeAttributes": [{"name": "x"}, {"name": "${HOME}", "regex": true}],
+                "logAttributes": [{"name": "$PATH"}],
+            }}}},
+        }}));
+        assert_eq!(
+            fields(&spec),
+            [
+                "spec.limits.global.queries.blocked[1].pattern",
+                "spec.limits.global.otlp.streamLabels.resourceAttributes[0].name",
+                "spec.limits.tenants.t.otlp.drop.scopeAttributes[1].name",
+                "spec.limits.tenants.t.otlp.drop.logAttributes[0].name",
+            ]
+        );
+        let e = validate(&spec).expect_err("refused").to_string();
+        assert!(
+            e.contains(BLOCKED_NO_DOLLAR_MSG) && e.contains(OTLP_NO_DOLLAR_MSG),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_stream_label_may_not_be_dropped_by_name() {
+        let spec = spec_with(serde_json::json!({"limits": {
+            "global": {"otlp": {
+                "streamLabels": {"resourceAttributes": [{"name": "k8s.namespace.name"}, {"name": "k8s\\..+", "regex": true}]},
+                "drop": {"resourceAttributes": [{"name": "k8s.pod.uid"}, {"name": "k8s.namespace.name"}]},
+            }},
+            "tenants": {
+                "a": {"otlp": {
+                    "streamLabels": {"resourceAttributes": [{"name": "service.name"}]},
+                    "drop": {"resourceAttributes": [{"name": "service.name"}, {"name": "k8s.namespace.name"}, {"name": "k8s.namespace.name", "regex": true}]},
+                }},
+                "b": {"otlp": {"drop": {"logAttributes": [{"name": "k8s.namespace.name"}]}}},
+            },
+        }}));
+        assert_eq!(
+            fields(&spec),
+            [
+                "spec.limits.global.otlp.drop.resourceAttributes[1]",
+                "spec.limits.tenants.a.otlp.drop.resourceAttributes[0]",
+                "spec.limits.tenants.a.otlp.drop.resourceAttributes[1]",
+            ],
+            "a regular expression, or a log attribute, is not compared"
+        );
+    }
+
+    #[test]
+    fn ipv6_contradicts_the_default_address_and_anti_affinity_is_checked() {
+        let ring = |m: serde_json::Value| {
+            spec_with(serde_json::json!({"hashRing": {"type": "memberlist", "memberlist": m}}))
+        };
+        assert_eq!(
+            fields(&ring(
+                serde_json::json!({"enableIPv6": true, "instanceAddrType": "default"})
+            )),
+            ["spec.hashRing.memberlist.instanceAddrType"]
+        );
+        for ok in [
+            serde_json::json!({"enableIPv6": true}),
+            serde_json::json!({"enableIPv6": true, "instanceAddrType": "podIP"}),
+            serde_json::json!({"enableIPv6": false, "instanceAddrType": "default"}),
+        ] {
+            assert_eq!(fields(&ring(ok.clone())), Vec::<String>::new(), "{ok}");
+        }
+        let term = |key: &str| serde_json::json!({"topologyKey": key});
+        let spec = spec_with(
+            serde_json::json!({"template": {"ruler": {"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [term("kubernetes.io/hostname"), term("")],
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 0, "podAffinityTerm": term("kubernetes.io/hostname")},
+                    {"weight": 100, "podAffinityTerm": term("not a key")},
+                ],
+            }}}}),
+        );
+        let at = "spec.template.ruler.podAntiAffinity";
+        assert_eq!(
+            fields(&spec),
+            [
+                format!("{at}.requiredDuringSchedulingIgnoredDuringExecution[1].topologyKey"),
+                format!("{at}.preferredDuringSchedulingIgnoredDuringExecution[0].weight"),
+                format!("{at}.preferredDuringSchedulingIgnoredDuringExecution[1].podAffinityTerm.topologyKey"),
+            ]
+        );
     }
 }

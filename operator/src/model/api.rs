@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{PodAntiAffinity, Toleration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
@@ -54,6 +54,16 @@ pub const SELECTOR_NO_DOLLAR_MSG: &str =
     "a stream selector may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; remove it (LogQL regular expressions are anchored already)";
 pub const TENANT_NO_DOLLAR_MSG: &str =
     "a tenant name may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; rename the tenant";
+pub const BLOCKED_NO_DOLLAR_MSG: &str =
+    "a blocked query pattern may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; remove it (a regular expression can end with \\z instead)";
+pub const OTLP_NO_DOLLAR_MSG: &str =
+    "an OTLP attribute name may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; remove it (these regular expressions are anchored already)";
+pub const OTLP_DROP_STREAM_LABEL_MSG: &str =
+    "can not drop an OTLP attribute also listed as a stream label (here or in spec.limits.global.otlp.streamLabels); remove it from one of the two lists";
+pub const RULE_IPV6_ADDR_TYPE: &str =
+    "!(has(self.enableIPv6) && self.enableIPv6 && has(self.instanceAddrType) && self.instanceAddrType == 'default')";
+pub const RULE_IPV6_ADDR_TYPE_MSG: &str =
+    "instanceAddrType \"default\" cannot be used with enableIPv6 at the same time: IPv6 advertises the pod IP; set podIP or leave instanceAddrType unset";
 pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
 pub const RULE_NAME_LENGTH_MSG: &str =
     "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
@@ -180,9 +190,9 @@ pub struct LokiStackSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<KeptObject>,
 
-    /// Go Loki Operator field (memberlist settings): kept, not acted on.
+    /// How the ring members (memberlist) advertise themselves to each other.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash_ring: Option<KeptObject>,
+    pub hash_ring: Option<HashRingSpec>,
 
     /// Go Loki Operator field (NetworkPolicies): kept, not acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -453,6 +463,73 @@ pub struct RulesSpec {
     pub namespace_selector: Option<LabelSelector>,
 }
 
+/// The hash ring: Loki's ring members find each other over memberlist.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HashRingSpec {
+    /// The ring's store; memberlist is the only one.
+    #[serde(rename = "type", default)]
+    pub type_: HashRingType,
+    /// Memberlist settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memberlist: Option<MemberListSpec>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HashRingType {
+    #[default]
+    #[serde(rename = "memberlist")]
+    Memberlist,
+}
+
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(RULE_IPV6_ADDR_TYPE).message(RULE_IPV6_ADDR_TYPE_MSG).field_path(".instanceAddrType"))]
+pub struct MemberListSpec {
+    /// The address a ring member advertises: `default`, the first address of a private
+    /// network interface (RFC 1918 or RFC 6598) of the pod, which is Loki's own choice;
+    /// or `podIP`, the pod's IP from the cluster's pod network, for pod networks without
+    /// private addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "instance_addr_type_schema")]
+    pub instance_addr_type: Option<InstanceAddrType>,
+    /// Advertise IPv6 addresses (single-stack IPv6 or dual-stack clusters). It implies
+    /// the pod IP as the address, so instanceAddrType may not be `default` with it.
+    #[serde(
+        rename = "enableIPv6",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub enable_ipv6: Option<bool>,
+}
+
+impl MemberListSpec {
+    pub fn ipv6(&self) -> bool {
+        self.enable_ipv6.unwrap_or(false)
+    }
+
+    /// Whether ring members advertise their pod IP rather than Loki's own choice.
+    pub fn advertise_pod_ip(&self) -> bool {
+        self.ipv6() || self.instance_addr_type == Some(InstanceAddrType::PodIp)
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InstanceAddrType {
+    #[serde(rename = "default")]
+    Default,
+    #[serde(rename = "podIP")]
+    PodIp,
+}
+
+/// As `credential_mode_schema`: no `null` among an optional enum's values.
+fn instance_addr_type_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["default", "podIP"],
+    })
+}
+
 /// Limits for every tenant, and per tenant on top of those.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
@@ -475,9 +552,75 @@ pub struct LimitsTemplateSpec {
     pub queries: Option<QueryLimitSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionLimitSpec>,
-    /// Go Loki Operator field (OTLP attribute mapping): kept, not acted on.
+    /// Which OpenTelemetry (OTLP) attributes become stream labels and which are
+    /// dropped; every other attribute is stored as structured metadata. Setting it
+    /// anywhere (for every tenant or for one) turns off Loki's default list of resource
+    /// attributes that become stream labels, for every tenant, as the Go Loki Operator
+    /// does. A tenant's setting adds to the one for every tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub otlp: Option<KeptObject>,
+    pub otlp: Option<OtlpSpec>,
+}
+
+/// OTLP attributes, named as OpenTelemetry names them (`k8s.namespace.name`), not as
+/// Loki turns them into labels.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OtlpSpec {
+    /// The resource attributes that become stream labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_labels: Option<OtlpStreamLabelSpec>,
+    /// The attributes dropped before the entry is stored. An attribute that is also a
+    /// stream label may not be dropped by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop: Option<OtlpMetadataSpec>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OtlpStreamLabelSpec {
+    /// Resource attributes that become stream labels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_attributes: Vec<OtlpAttributeReference>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OtlpMetadataSpec {
+    /// Resource attributes to drop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_attributes: Vec<OtlpAttributeReference>,
+    /// Scope attributes to drop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scope_attributes: Vec<OtlpAttributeReference>,
+    /// Log record attributes to drop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_attributes: Vec<OtlpAttributeReference>,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct OtlpAttributeReference {
+    /// An attribute's name or, with `regex`, a regular expression matching whole names
+    /// (anchored; Prometheus syntax). It may not contain `$`, which Loki would expand
+    /// from its environment (where the storage credentials are). A regular expression
+    /// that does not compile stops Loki from loading its configuration.
+    #[schemars(regex(pattern = NO_DOLLAR_PATTERN))]
+    pub name: String,
+    /// Treat `name` as a regular expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<bool>,
+}
+
+impl OtlpAttributeReference {
+    pub fn is_regex(&self) -> bool {
+        self.regex.unwrap_or(false)
+    }
+}
+
+impl BlockedQuerySpec {
+    pub fn is_regex(&self) -> bool {
+        self.regex.unwrap_or(false)
+    }
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
@@ -552,9 +695,61 @@ pub struct QueryLimitSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100000000))]
     pub max_volume_series: Option<i32>,
-    /// Go Loki Operator field (queries to refuse): kept, not acted on.
+    /// Queries Loki refuses to run (Loki's blocked_queries): by hash, exact text or
+    /// regular expression, optionally only of some query types. The Go Loki Operator
+    /// offers it per tenant; here it may also be set for every tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blocked: Option<Vec<KeptObject>>,
+    pub blocked: Option<Vec<BlockedQuerySpec>>,
+}
+
+/// A query to refuse. Loki checks, in order: a hash, when set, must equal the query's
+/// hash; otherwise the pattern must equal the query (surrounding spaces aside) or, with
+/// `regex`, match anywhere in it. A rule with neither hash nor pattern refuses every
+/// query of its types.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct BlockedQuerySpec {
+    /// The 32-bit FNV-1 hash of the query string, as Loki logs it. The API stores it as a
+    /// signed 32-bit integer (the Go Loki Operator's type): a hash above 2147483647 is
+    /// written as that value minus 4294967296, and reaches Loki as the hash itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<i32>,
+    /// The query's text, or with `regex` a regular expression (Go's RE2 syntax, matched
+    /// anywhere in the query: use `\z` to anchor at its end). It may not contain `$`,
+    /// which Loki would expand from its environment (where the storage credentials are).
+    /// Loki ignores (and logs) a regular expression that does not compile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = NO_DOLLAR_PATTERN))]
+    pub pattern: Option<String>,
+    /// Whether the pattern is a regular expression; otherwise it must equal the query.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<bool>,
+    /// The query types the rule applies to (filter, limited, metric); all when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub types: Vec<BlockedQueryType>,
+}
+
+/// The kinds of query Loki tells apart when it blocks one.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockedQueryType {
+    /// A log query with a line filter.
+    Filter,
+    /// A log query without a filter and without aggregation.
+    Limited,
+    /// A metric query (with an aggregation).
+    Metric,
+}
+
+impl BlockedQueryType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockedQueryType::Filter => "filter",
+            BlockedQueryType::Limited => "limited",
+            BlockedQueryType::Metric => "metric",
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
@@ -629,9 +824,11 @@ pub struct LokiComponentSpec {
     /// Taints the component's pods tolerate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
-    /// Go Loki Operator field (pod anti-affinity of this component): kept, not acted on.
+    /// Pod anti-affinity of the component's pods, as in a pod spec (for example, keep
+    /// two ingesters of one stack off one node). Zone-aware stacks keep their topology
+    /// spread constraints beside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_anti_affinity: Option<KeptObject>,
+    pub pod_anti_affinity: Option<PodAntiAffinity>,
 }
 
 /// What the operator observed and did.

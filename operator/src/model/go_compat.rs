@@ -6,11 +6,10 @@
 //! stored ([`crate::model::api::KeptObject`] and a few plain values) and named here, so a stack
 //! that sets one gets a Warning condition instead of a silent ignore.
 
-use crate::model::api::{CredentialMode, LimitsTemplateSpec, LokiStackSpec};
-use crate::model::defaults::Component;
+use crate::model::api::{CredentialMode, LokiStackSpec};
 
 /// The Go-operator fields set in `spec` that this operator keeps but does not act on, as
-/// paths under `spec` (`spec.tenants`, `spec.template.ingester.podAntiAffinity`, ...).
+/// paths under `spec` (`spec.tenants`, `spec.template.gateway`, ...).
 pub fn unsupported_fields(spec: &LokiStackSpec) -> Vec<String> {
     let mut out = Vec::new();
     let mut check = |set: bool, path: String| {
@@ -20,7 +19,6 @@ pub fn unsupported_fields(spec: &LokiStackSpec) -> Vec<String> {
     };
     check(spec.tenants.is_some(), "spec.tenants".into());
     check(spec.proxy.is_some(), "spec.proxy".into());
-    check(spec.hash_ring.is_some(), "spec.hashRing".into());
     check(
         spec.network_policies.is_some(),
         "spec.networkPolicies".into(),
@@ -43,39 +41,6 @@ pub fn unsupported_fields(spec: &LokiStackSpec) -> Vec<String> {
             t.use_requests_as_limits.is_some(),
             "spec.template.useRequestsAsLimits".into(),
         );
-        for c in Component::ALL {
-            check(
-                c.template(spec)
-                    .is_some_and(|t| t.pod_anti_affinity.is_some()),
-                format!("spec.template.{}.podAntiAffinity", c.spec_field()),
-            );
-        }
-    }
-    if let Some(limits) = &spec.limits {
-        let blocks = limits
-            .global
-            .iter()
-            .map(|g| ("spec.limits.global".to_string(), g))
-            .chain(
-                limits
-                    .tenants
-                    .iter()
-                    .map(|(t, l)| (format!("spec.limits.tenants.{t}"), l)),
-            );
-        for (path, block) in blocks {
-            out.extend(unsupported_limits(&path, block));
-        }
-    }
-    out
-}
-
-fn unsupported_limits(path: &str, l: &LimitsTemplateSpec) -> Vec<String> {
-    let mut out = Vec::new();
-    if l.otlp.is_some() {
-        out.push(format!("{path}.otlp"));
-    }
-    if l.queries.as_ref().is_some_and(|q| q.blocked.is_some()) {
-        out.push(format!("{path}.queries.blocked"));
     }
     out
 }
@@ -149,14 +114,15 @@ mod tests {
             "storage": {"secret": {"name": "s", "type": "s3", "credentialMode": "token"}},
             "tenants": {"mode": "openshift-logging"},
             "proxy": {"httpProxy": "http://proxy:3128"},
+            "hashRing": {"type": "memberlist", "memberlist": {"instanceAddrType": "podIP"}},
             "rules": {"enabled": true, "selector": {"matchLabels": {"a": "b"}}},
             "template": {
                 "gateway": {"replicas": 2},
-                "ingester": {"replicas": 2, "podAntiAffinity": {}},
+                "ingester": {"replicas": 2, "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname"}]}},
             },
             "limits": {
-                "global": {"ingestion": {"perStreamRateLimit": 3}, "otlp": {"streamLabels": {}}},
-                "tenants": {"t1": {"queries": {"blocked": [{"pattern": "{a=\"b\"}"}]}}},
+                "global": {"ingestion": {"perStreamRateLimit": 3}, "otlp": {"streamLabels": {"resourceAttributes": [{"name": "k8s.namespace.name"}]}}},
+                "tenants": {"t1": {"queries": {"blocked": [{"pattern": "{a=\"b\"}", "types": ["metric"]}]}}},
             },
         });
         let spec: LokiStackSpec = serde_json::from_value(sample.clone()).expect("decodes");
@@ -177,9 +143,6 @@ mod tests {
                 "spec.storage.secret.credentialMode",
                 "spec.rules.selector",
                 "spec.template.gateway",
-                "spec.template.ingester.podAntiAffinity",
-                "spec.limits.global.otlp",
-                "spec.limits.tenants.t1.queries.blocked",
             ]
         );
         let msg = warning(&unsupported_fields(&spec)).expect("warning");
@@ -187,11 +150,16 @@ mod tests {
     }
 
     #[test]
-    fn static_credentials_and_implemented_limits_are_not_named() {
+    fn static_credentials_and_implemented_fields_are_not_named() {
         let spec: LokiStackSpec = serde_json::from_value(json!({
             "size": "1x.small",
             "storage": {"secret": {"name": "s", "type": "s3", "credentialMode": "static"}},
-            "limits": {"global": {"ingestion": {"perStreamRateLimit": 3}}},
+            "hashRing": {"type": "memberlist", "memberlist": {"enableIPv6": true}},
+            "template": {"querier": {"podAntiAffinity": {}}},
+            "limits": {
+                "global": {"ingestion": {"perStreamRateLimit": 3}, "otlp": {"drop": {"logAttributes": [{"name": "x"}]}}},
+                "tenants": {"t": {"queries": {"blocked": [{"hash": 12}]}, "otlp": {}}},
+            },
         }))
         .expect("decodes");
         assert!(unsupported_fields(&spec).is_empty());

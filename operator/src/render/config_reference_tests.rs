@@ -13,9 +13,11 @@ use serde::Deserialize;
 use serde_yaml_ng::Value as Yaml;
 
 use crate::model::api::{
-    IngestionLimitSpec, LimitsSpec, LimitsTemplateSpec, LokiStack, LokiStackSize,
-    ObjectStorageSchema, ObjectStorageSchemaVersion, ObjectStorageSecretType, QueryLimitSpec,
-    RetentionLimitSpec, RetentionStreamSpec, RulesSpec,
+    BlockedQuerySpec, BlockedQueryType, HashRingSpec, IngestionLimitSpec, LimitsSpec,
+    LimitsTemplateSpec, LokiStack, LokiStackSize, MemberListSpec, ObjectStorageSchema,
+    ObjectStorageSchemaVersion, ObjectStorageSecretType, OtlpAttributeReference, OtlpMetadataSpec,
+    OtlpSpec, OtlpStreamLabelSpec, QueryLimitSpec, RetentionLimitSpec, RetentionStreamSpec,
+    RulesSpec,
 };
 use crate::model::defaults::{effective, EffectiveStack};
 use crate::model::names;
@@ -369,7 +371,18 @@ fn all_limits() -> LimitsSpec {
             max_chunks_per_query: Some(2000000),
             cardinality_limit: Some(100000),
             max_volume_series: Some(1000),
-            blocked: None,
+            blocked: Some(vec![
+                BlockedQuerySpec {
+                    hash: Some(-2),
+                    pattern: Some(".*secret.*".into()),
+                    regex: Some(true),
+                    types: vec![BlockedQueryType::Filter, BlockedQueryType::Metric],
+                },
+                BlockedQuerySpec {
+                    pattern: Some("{a=\"b\"}".into()),
+                    ..Default::default()
+                },
+            ]),
         }),
         retention: Some(RetentionLimitSpec {
             days: 30,
@@ -379,7 +392,7 @@ fn all_limits() -> LimitsSpec {
                 selector: "{namespace=\"dev\"}".into(),
             }],
         }),
-        otlp: None,
+        otlp: Some(every_otlp_rule()),
     };
     let retention_only = LimitsTemplateSpec {
         retention: Some(RetentionLimitSpec {
@@ -398,11 +411,49 @@ fn all_limits() -> LimitsSpec {
     }
 }
 
+/// OTLP rules of every kind: stream labels and drops, by name and by regular expression.
+fn every_otlp_rule() -> OtlpSpec {
+    let attrs = |name: &str| {
+        vec![
+            OtlpAttributeReference {
+                name: name.into(),
+                regex: None,
+            },
+            OtlpAttributeReference {
+                name: format!("{name}\\..+"),
+                regex: Some(true),
+            },
+        ]
+    };
+    OtlpSpec {
+        stream_labels: Some(OtlpStreamLabelSpec {
+            resource_attributes: attrs("k8s.namespace.name"),
+        }),
+        drop: Some(OtlpMetadataSpec {
+            resource_attributes: attrs("process.pid"),
+            scope_attributes: attrs("scope.x"),
+            log_attributes: attrs("log.iostream"),
+        }),
+    }
+}
+
+/// Ring members advertise their pod IP, over IPv6.
+fn ipv6_ring() -> HashRingSpec {
+    HashRingSpec {
+        memberlist: Some(MemberListSpec {
+            enable_ipv6: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// Stacks whose configs between them render every key the templates can render: each
 /// size, zone setting and storage type, with the ruler, with and without limits, with
 /// the default schema and with older schemas (boltdb-shipper), and for S3 also with an
 /// endpoint read from the Secret (host, region, TLS and addressing rendered literally),
-/// and with server-side encryption and a private CA.
+/// and with server-side encryption and a private CA. With limits (blocked queries, OTLP
+/// rules), the ring also advertises the pod IP over IPv6 (spec.hashRing).
 fn variants() -> Vec<(String, LokiStack, EffectiveStack)> {
     let mut out = Vec::new();
     let zone_settings: [&[&str]; 3] = [&[], &[ZONE], &[ZONE, "example.com/rack"]];
@@ -433,8 +484,9 @@ fn variants() -> Vec<(String, LokiStack, EffectiveStack)> {
                             ..Default::default()
                         });
                         spec.limits = limits.clone();
+                        spec.hash_ring = limits.is_some().then(ipv6_ring);
                         let label = format!(
-                            "{} zones={keys:?} storage={} limits={} schemas={}",
+                            "{} zones={keys:?} storage={} limits+ipv6={} schemas={}",
                             size.as_str(),
                             st.as_str(),
                             limits.is_some(),
@@ -753,4 +805,61 @@ fn reference_is_the_deployed_loki_release_and_complete() {
             "{key}"
         );
     }
+}
+
+#[test]
+fn go_operator_limits_and_ring_fields_are_checked_key_by_key() {
+    let reference = reference();
+    let (_, s, eff) = variants()
+        .into_iter()
+        .find(|(label, ..)| label.contains("limits+ipv6=true"))
+        .expect("a variant with limits");
+    let config = loki_config(&s, &eff).expect("config");
+    let runtime = runtime_config(&s, &eff);
+    for key in [
+        "instance_addr: \"${HASH_RING_INSTANCE_ADDR}\"",
+        "advertise_addr: \"${HASH_RING_INSTANCE_ADDR}\"",
+        "enable_inet6: true",
+        "default_resource_attributes_as_index_labels: []",
+        "otlp_config:",
+        "blocked_queries:",
+    ] {
+        assert!(config.contains(key), "config.yaml lacks {key}");
+    }
+    for key in [
+        "otlp_config",
+        "attributes_config",
+        "scope_attributes",
+        "log_attributes",
+        "blocked_queries",
+        "\"types\":\"filter,metric\"",
+    ] {
+        assert!(runtime.contains(key), "the runtime config lacks {key}");
+    }
+    assert_eq!(check(&reference, &reference.runtime, &runtime), []);
+    for (from, to, problem) in [
+        ("\"regex\":true", "\"regex\":\"true\"", "expected Boolean"),
+        (
+            "\"types\":\"filter,metric\"",
+            "\"types\":[\"filter\"]",
+            "expected String",
+        ),
+        ("\"attributes_config\"", "\"attribute_config\"", "not a key"),
+        ("\"log_attributes\"", "\"log_attribute\"", "not a key"),
+    ] {
+        assert!(runtime.contains(from), "{from}");
+        let found = check(
+            &reference,
+            &reference.runtime,
+            &runtime.replacen(from, to, 1),
+        );
+        assert!(
+            found.iter().any(|m| m.problem.contains(problem)),
+            "{to}: {found:#?}"
+        );
+    }
+    let slip = config.replacen("enable_inet6: true", "enable_inet6: \"true\"", 1);
+    assert!(check(&reference, &reference.root, &slip)
+        .iter()
+        .any(|m| m.path == "ingester.lifecycler.enable_inet6"));
 }

@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tera::Tera;
 
-use crate::model::api::{LokiStack, ObjectStorageSchemaVersion};
+use crate::model::api::{LokiStack, MemberListSpec, ObjectStorageSchemaVersion};
 use crate::model::defaults::{Component, EffectiveComponent, EffectiveStack, WorkloadKind};
 use crate::model::names;
 use crate::model::storage;
@@ -428,6 +428,8 @@ fn loki_config_with(
         "boltdb": boltdb,
         "allow_structured_metadata": v13_last,
         "ruler": eff.component(Component::Ruler).is_some(),
+        "hash_ring": hash_ring_ctx(stack),
+        "otlp_set": limits::otlp_set(stack.spec.limits.as_ref()),
         "limits": sizing(eff),
         "limits_config": limits::global(eff.size, stack.spec.limits.as_ref()),
         "retention": limits::retention_enabled(stack.spec.limits.as_ref()),
@@ -441,6 +443,28 @@ fn loki_config_with(
         },
     });
     render_text("loki-config.yaml.tera", &ctx)
+}
+
+/// The Go Loki Operator's variable for a ring member's pod IP (`spec.hashRing.memberlist`),
+/// under the same name, so a taken-over pod template keeps it.
+pub const ENV_INSTANCE_ADDR: &str = "HASH_RING_INSTANCE_ADDR";
+
+fn memberlist(stack: &LokiStack) -> Option<&MemberListSpec> {
+    stack.spec.hash_ring.as_ref()?.memberlist.as_ref()
+}
+
+/// Whether ring members advertise their pod IP (`instanceAddrType: podIP`, or IPv6).
+fn advertise_pod_ip(stack: &LokiStack) -> bool {
+    memberlist(stack).is_some_and(MemberListSpec::advertise_pod_ip)
+}
+
+/// `spec.hashRing.memberlist` for the Loki config: the address to advertise (Loki
+/// expands the pod's variable) and IPv6.
+fn hash_ring_ctx(stack: &LokiStack) -> Value {
+    json!({
+        "instance_addr": advertise_pod_ip(stack).then(|| format!("${{{ENV_INSTANCE_ADDR}}}")),
+        "ipv6": memberlist(stack).is_some_and(MemberListSpec::ipv6),
+    })
 }
 
 /// SHA-256 over the ConfigMap's files, in key order: the pod annotation that rolls pods
@@ -567,6 +591,7 @@ fn container(
         "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p})).collect::<Vec<_>>(),
         "http_port": names::PORT_HTTP,
         "env": storage::env(secret.type_, &secret.name),
+        "instance_addr_env": advertise_pod_ip(stack).then_some(ENV_INSTANCE_ADDR),
         "requests": c.requests,
         "config_volume": names::VOLUME_CONFIG,
         "config_mount_dir": names::CONFIG_MOUNT_DIR,
@@ -604,6 +629,12 @@ fn workload(
     let (config_file, config_hash) = config.of(comp);
     let mut pod_labels = component_labels(name, comp);
     pod_labels.insert(names::LABEL_GOSSIP.into(), "true".into());
+    let zone = zone_ctx(eff, settings, caps, kind);
+    let anti_affinity = comp
+        .template(&stack.spec)
+        .and_then(|t| t.pod_anti_affinity.as_ref());
+    // One `affinity` for both: a lost zone's node affinity and the component's own.
+    let affinity = !zone["avoid"].is_null() || anti_affinity.is_some();
     let mut ctx = json!({
         "stack": stack_ctx(stack),
         "name": comp.workload_name(name),
@@ -618,7 +649,9 @@ fn workload(
         "service_account": names::service_account_name(name),
         "node_selector": c.node_selector,
         "tolerations": c.tolerations,
-        "zone": zone_ctx(eff, settings, caps, kind),
+        "zone": zone,
+        "affinity": affinity,
+        "pod_anti_affinity": anti_affinity,
         "config_map": names::config_map_name(name),
         "update_strategy": update_strategy(eff),
     });

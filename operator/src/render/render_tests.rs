@@ -914,3 +914,131 @@ fn a_storage_ca_is_mounted_in_every_loki_pod_and_named_in_the_config() {
         );
     }
 }
+
+/// A zone-aware stack with the Go Loki Operator's ring, anti-affinity, OTLP and
+/// blocked-query fields set.
+fn go_operator_fields_stack() -> LokiStack {
+    let spec = serde_json::json!({
+        "size": "1x.small",
+        "storage": {"secret": {"name": "loki-s3", "type": "s3"}},
+        "replication": {"factor": 2, "zones": [{"topologyKey": ZONE}]},
+        "hashRing": {"type": "memberlist", "memberlist": {"instanceAddrType": "podIP", "enableIPv6": true}},
+        "template": {
+            "ingester": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app.kubernetes.io/component": "ingester"}}, "topologyKey": "kubernetes.io/hostname"},
+            ]}},
+            "distributor": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 50, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app.kubernetes.io/component": "distributor"}}, "topologyKey": "kubernetes.io/hostname"}},
+            ]}},
+        },
+        "limits": {
+            "global": {"otlp": {
+                "streamLabels": {"resourceAttributes": [{"name": "k8s.namespace.name"}, {"name": "k8s\\.pod\\..+", "regex": true}]},
+                "drop": {"logAttributes": [{"name": "log.iostream"}]},
+            }},
+            "tenants": {"team-a": {
+                "queries": {"blocked": [{"pattern": ".*secret.*", "regex": true, "types": ["filter"]}, {"hash": 1234}]},
+                "otlp": {"streamLabels": {"resourceAttributes": [{"name": "service.name"}]}},
+            }},
+        },
+    });
+    stack("lokistack-dev", serde_json::from_value(spec).expect("spec"))
+}
+
+#[test]
+fn ring_address_and_anti_affinity_reach_every_pod_and_parse_losslessly() {
+    let s = go_operator_fields_stack();
+    let mut eff = effective(&s.spec);
+    // On a server whose spread ignores taints, a lost zone adds node affinity beside the
+    // component's anti-affinity, in the one `affinity` of the pod.
+    eff.avoid_zones = vec!["zone-c".into()];
+    let caps = ServerCapabilities::for_version(1, 20);
+    let docs = documents(&s, &eff, &Settings::default(), &caps).expect("documents");
+    for doc in &docs {
+        let raw: Value = serde_yaml_ng::from_str(&doc.text).expect("YAML");
+        let typed = parse(doc).expect("parses").to_json().expect("json");
+        assert_eq!(raw, typed, "{} lost a field in parsing", doc.template);
+    }
+    let children: Vec<Child> = docs.iter().map(|d| parse(d).expect("parses")).collect();
+    for (name, t) in pod_templates(&children) {
+        let pod = t.spec.expect("spec");
+        let env = pod.containers[0].env.clone().unwrap_or_default();
+        let addr = env
+            .iter()
+            .find(|e| e.name == "HASH_RING_INSTANCE_ADDR")
+            .unwrap_or_else(|| panic!("{name}: no HASH_RING_INSTANCE_ADDR"));
+        let field = addr.value_from.as_ref().and_then(|v| v.field_ref.as_ref());
+        assert_eq!(field.map(|f| f.field_path.as_str()), Some("status.podIP"));
+        let affinity = pod.affinity.unwrap_or_default();
+        let anti = affinity.pod_anti_affinity;
+        match name.as_str() {
+            "lokistack-dev-ingester" => assert!(anti
+                .and_then(|a| a.required_during_scheduling_ignored_during_execution)
+                .is_some_and(|r| r[0].topology_key == "kubernetes.io/hostname")),
+            "lokistack-dev-distributor" => {
+                assert!(anti
+                    .and_then(|a| a.preferred_during_scheduling_ignored_during_execution)
+                    .is_some_and(|p| p[0].weight == 50));
+                assert!(
+                    affinity.node_affinity.is_some(),
+                    "the lost zone's affinity stays"
+                );
+            }
+            other => assert!(anti.is_none(), "{other}"),
+        }
+    }
+    let c = config_of(&s);
+    assert_eq!(
+        c["common"]["ring"]["instance_addr"],
+        "${HASH_RING_INSTANCE_ADDR}"
+    );
+    assert_eq!(
+        c["memberlist"]["advertise_addr"],
+        "${HASH_RING_INSTANCE_ADDR}"
+    );
+    assert_eq!(c["ingester"]["lifecycler"]["enable_inet6"], true);
+    assert_eq!(
+        c["distributor"]["otlp_config"]["default_resource_attributes_as_index_labels"],
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn without_the_ring_and_otlp_fields_the_config_has_none_of_them() {
+    let plain = stack(
+        "lokistack-dev",
+        zoned_spec(LokiStackSize::Small, 2, &[ZONE]),
+    );
+    let c = config_of(&plain);
+    assert!(c["common"]["ring"].get("instance_addr").is_none());
+    assert!(c["memberlist"].get("advertise_addr").is_none());
+    assert!(c.get("distributor").is_none());
+    assert!(c["ingester"]["lifecycler"].get("enable_inet6").is_none());
+}
+
+#[test]
+fn snapshot_go_operator_fields() {
+    let s = go_operator_fields_stack();
+    let docs = documents(
+        &s,
+        &effective(&s.spec),
+        &Settings::default(),
+        &ServerCapabilities::MODERN,
+    )
+    .expect("documents");
+    let mut out = String::new();
+    for doc in &docs {
+        let child = parse(doc).expect("parses");
+        let wanted = match &child {
+            Child::ConfigMap(_) => true,
+            Child::StatefulSet(_) | Child::Deployment(_) => ["-ingester", "-distributor"]
+                .iter()
+                .any(|c| child.name().ends_with(c)),
+            _ => false,
+        };
+        if wanted {
+            out.push_str(&to_yaml_stream(&[child]).expect("yaml"));
+        }
+    }
+    insta::assert_snapshot!("go_operator_fields", out);
+}
