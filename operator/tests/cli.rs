@@ -150,7 +150,7 @@ fn crd_command_prints_the_committed_crd() {
 fn crd_for_old_servers_leaves_out_cel_rules_only() {
     let modern = text(&run(&["crd", "--kube-version", "1.30"]).stdout);
     let old = text(&run(&["crd", "--kube-version", "1.20"]).stdout);
-    assert_eq!(modern.matches("x-kubernetes-validations").count(), 5);
+    assert_eq!(modern.matches("x-kubernetes-validations").count(), 6);
     assert!(!old.contains("x-kubernetes-validations"));
     let strip = |s: &str| {
         s.lines()

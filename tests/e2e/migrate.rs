@@ -24,7 +24,8 @@ const NS: &str = "e2e-migrate";
 const STACK: &str = "go";
 const GO_MANAGER: &str = names::GO_OPERATOR_FIELD_MANAGER;
 
-/// Fields of the Go operator's LokiStack that this operator keeps without acting on.
+/// Fields of the Go operator's LokiStack: some this operator keeps without acting on
+/// (tenants, the gateway), some it acts on (the memberlist address, OTLP rules).
 fn go_only_fields() -> Value {
     json!({
         "tenants": {"mode": "static", "authentication": [{"tenantName": "app", "tenantId": "app", "oidc": {"secret": {"name": "oidc"}, "issuerURL": "https://issuer.example"}}]},
@@ -236,12 +237,31 @@ pub async fn a_stack_left_by_the_go_operator_is_taken_over(env: &mut Env) -> Res
     let w = &condition(&s, "Warning").context("warning")?.message;
     for part in [
         "spec.tenants",
-        "spec.hashRing",
         "spec.template.gateway",
-        "spec.limits.global.otlp",
         "Deployment go-gateway",
     ] {
         ensure!(w.contains(part), "{part:?} not in the Warning: {w}");
+    }
+    // Acted on, so not named: the pod-IP ring address and the OTLP stream labels reach
+    // Loki's config.
+    for part in ["spec.hashRing", "spec.limits.global.otlp"] {
+        ensure!(
+            !w.contains(part),
+            "{part:?} is acted on, yet named in the Warning: {w}"
+        );
+    }
+    let config = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.admin.clone(), NS)
+        .get(&names::config_map_name(STACK))
+        .await?;
+    let text = config
+        .data
+        .and_then(|d| d.get(names::CONFIG_FILE).cloned())
+        .unwrap_or_default();
+    for key in ["otlp_config", "k8s.namespace.name", "instance_addr"] {
+        ensure!(
+            text.contains(key),
+            "{key} not in the rendered Loki config:\n{text}"
+        );
     }
     wait_condition(env, NS, STACK, "Ready", Some("ReadyComponents")).await?;
 

@@ -13,7 +13,7 @@ use k8s_openapi::ByteString;
 
 use crate::caches::strip::strip_secret;
 use crate::model::api::{LokiStack, ObjectStorageSecretType};
-use crate::model::storage::{check_secret, env_name, fields, store_params, StoreParams};
+use crate::model::storage::{env_name, fields, secret_params, StoreParams};
 
 /// Parses a Secret manifest (`kubectl get secret NAME -o yaml`): `data` in base64,
 /// `stringData` in plain text, or both. The error says what to fix in the file.
@@ -66,8 +66,7 @@ pub fn store_for(
     }
     strip_secret(&mut secret);
     let fix = |e: crate::model::storage::StorageSecretError| e.to_string();
-    check_secret(spec.type_, &spec.name, namespace, Some(&secret)).map_err(fix)?;
-    store_params(spec.type_, &spec.name, &secret).map_err(fix)
+    secret_params(spec.type_, &spec.name, namespace, Some(&secret)).map_err(fix)
 }
 
 /// What a render without `--secret` leaves to Loki's expansion at start and the operator

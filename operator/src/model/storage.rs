@@ -509,6 +509,22 @@ pub fn check_ca(
     }
 }
 
+/// The object store's parameters from the stack's Secret as the cache keeps it: checked
+/// for every required key, then its plain values read. The reconciler and `render
+/// --secret` both call this, so what is rendered offline is what is applied.
+pub fn secret_params(
+    t: ObjectStorageSecretType,
+    name: &str,
+    namespace: &str,
+    secret: Option<&Secret>,
+) -> Result<StoreParams, StorageSecretError> {
+    check_secret(t, name, namespace, secret)?;
+    match secret {
+        Some(s) => store_params(t, name, s),
+        None => Ok(StoreParams::default()),
+    }
+}
+
 /// Checks that the Secret has a non-empty value for every required key. Only key names
 /// are read; values stay in the Secret.
 pub fn check_secret(

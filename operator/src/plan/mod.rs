@@ -22,7 +22,7 @@ use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::names;
 use crate::model::storage::{
-    check_ca, check_secret, store_params, StorageCaError, StorageSecretError, StoreParams,
+    self as storage, check_ca, StorageCaError, StorageSecretError, StoreParams,
 };
 use crate::observe::Snapshot;
 use crate::render::kinds::ChildKind;
@@ -119,12 +119,12 @@ fn secret_params(
     snapshot: &Snapshot,
 ) -> Result<StoreParams, StorageSecretError> {
     let spec = &stack.spec.storage.secret;
-    let secret = snapshot.secret.as_deref();
-    check_secret(spec.type_, &spec.name, &snapshot.namespace, secret)?;
-    match secret {
-        Some(s) => store_params(spec.type_, &spec.name, s),
-        None => Ok(StoreParams::default()),
-    }
+    storage::secret_params(
+        spec.type_,
+        &spec.name,
+        &snapshot.namespace,
+        snapshot.secret.as_deref(),
+    )
 }
 
 /// Every check of the stack against what was observed; the storage Secret's parameters
