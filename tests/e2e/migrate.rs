@@ -24,13 +24,20 @@ const NS: &str = "e2e-migrate";
 const STACK: &str = "go";
 const GO_MANAGER: &str = names::GO_OPERATOR_FIELD_MANAGER;
 
-/// Fields of the Go operator's LokiStack: some this operator keeps without acting on
-/// (tenants, the gateway), some it acts on (the memberlist address, OTLP rules).
+/// Fields of the Go operator's LokiStack that this operator keeps without acting on.
 fn go_only_fields() -> Value {
     json!({
         "tenants": {"mode": "static", "authentication": [{"tenantName": "app", "tenantId": "app", "oidc": {"secret": {"name": "oidc"}, "issuerURL": "https://issuer.example"}}]},
-        "hashRing": {"type": "memberlist", "memberlist": {"instanceAddrType": "podIP"}},
         "template": {"gateway": {"replicas": 2}},
+    })
+}
+
+/// Fields of the Go operator's LokiStack that this operator acts on (the memberlist
+/// address, OTLP rules): the stack has them from the start, so the take-over changes no
+/// pod template.
+fn acted_on_fields() -> Value {
+    json!({
+        "hashRing": {"type": "memberlist", "memberlist": {"instanceAddrType": "podIP"}},
         "limits": {"global": {"otlp": {"streamLabels": {"resourceAttributes": [{"name": "k8s.namespace.name"}]}}}},
     })
 }
@@ -194,7 +201,11 @@ fn has_env(d: &Deployment, name: &str) -> bool {
 /// whose template does not change keep running, and the Go gateway is left running.
 pub async fn a_stack_left_by_the_go_operator_is_taken_over(env: &mut Env) -> Result<()> {
     namespace(env, NS).await?;
-    let created = create_stack(env, NS, stack_json(STACK, "1x.demo", Value::Null)).await?;
+    let mut body = stack_json(STACK, "1x.demo", Value::Null);
+    for (k, v) in acted_on_fields().as_object().into_iter().flatten() {
+        body["spec"][k] = v.clone();
+    }
+    let created = create_stack(env, NS, body).await?;
     let uid = created.uid().context("uid")?;
     wait_condition(env, NS, STACK, "Ready", Some("ReadyComponents")).await?;
     set_management(env, "Unmanaged").await?;
@@ -266,16 +277,20 @@ pub async fn a_stack_left_by_the_go_operator_is_taken_over(env: &mut Env) -> Res
     wait_condition(env, NS, STACK, "Ready", Some("ReadyComponents")).await?;
 
     let stored = stacks.get(STACK).await?;
-    for key in ["tenants", "hashRing"] {
+    let acted_on = acted_on_fields();
+    for (key, want) in [
+        ("tenants", &go_fields["tenants"]),
+        ("hashRing", &acted_on["hashRing"]),
+    ] {
         ensure!(
-            stored.data["spec"][key] == go_fields[key],
+            &stored.data["spec"][key] == want,
             "spec.{key} changed: {}",
             stored.data["spec"][key]
         );
     }
     ensure!(stored.data["spec"]["template"]["gateway"] == go_fields["template"]["gateway"]);
     ensure!(
-        stored.data["spec"]["limits"]["global"]["otlp"] == go_fields["limits"]["global"]["otlp"]
+        stored.data["spec"]["limits"]["global"]["otlp"] == acted_on["limits"]["global"]["otlp"]
     );
 
     let (sts, deps) = workload_apis(env);
