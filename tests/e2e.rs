@@ -973,19 +973,24 @@ async fn a_new_leader_writes_nothing_when_nothing_changed(env: &mut Env) -> Resu
         window.contains(&operator::service_account_user()) && window.contains("\"leases\""),
         "the audit log shows nothing of the new leader: the check proves nothing"
     );
-    // The test operator runs outside the cluster and serves its webhooks on a new port
-    // each time it starts, so its two webhook configurations do change (in a cluster the
-    // Service's name stays): those two writes are the only ones allowed.
-    let writes: Vec<&String> = writes
+    // Allowed, and nothing else: the test operator runs outside the cluster and serves
+    // its webhooks on a new port each time it starts, so its two webhook configurations
+    // do change (in a cluster the Service's name stays); and a new leader reports a
+    // standing problem of a pod once more, as an Event (what a term reported is not
+    // remembered across terms).
+    let (events, writes): (Vec<&String>, Vec<&String>) = writes
         .iter()
         .filter(|w| !w.contains("webhookconfigurations"))
-        .collect();
+        .partition(|w| w.contains("\"events\""));
     ensure!(
         writes.is_empty(),
         "a new leader wrote {} times although nothing changed: {writes:?}",
         writes.len()
     );
-    println!("    new leader: {passes} reconciles of {stacks} stacks, 0 writes, {reads} reads");
+    println!(
+        "    new leader: {passes} reconciles of {stacks} stacks, 0 writes to objects, {} Events of standing problems, {reads} reads",
+        events.len()
+    );
     Ok(())
 }
 
