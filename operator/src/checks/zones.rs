@@ -339,14 +339,9 @@ pub struct ZoneCheck {
 }
 
 impl ZoneCheck {
-    /// Whether every stream still has a write quorum of copies with the unavailable
-    /// zones lost (zones in maintenance still serve).
-    pub fn write_quorum_met(&self) -> bool {
-        self.write_quorum_met_without(self.unavailable.len())
-    }
-
     /// Whether every stream still has a write quorum of copies with `down` zones not
-    /// serving. Loki places at most one copy per zone, so in the worst case a stream
+    /// serving: the unavailable ones, and those in maintenance whose ingesters are
+    /// drained, which only the status knows (it counts them, `status::not_serving`). Loki places at most one copy per zone, so in the worst case a stream
     /// lost one copy per such zone.
     pub fn write_quorum_met_without(&self, down: usize) -> bool {
         let lost = i32::try_from(down).unwrap_or(i32::MAX);
@@ -809,7 +804,8 @@ mod tests {
         assert_eq!(disrupted, ["a", "c", "b"]);
         assert_eq!(c.ineligible.len(), 3);
         assert_eq!(c.verdict, ZoneVerdict::NoZoneFailureTolerance);
-        assert!(!c.write_quorum_met(), "RF 2 with two of four zones lost");
+        let lost = c.unavailable.len();
+        assert!(!c.write_quorum_met_without(lost), "RF 2, {lost} zones lost");
         assert!(!c.write_quorum_met_without(1), "RF 2, quorum 2");
     }
 
@@ -827,7 +823,10 @@ mod tests {
         let zones = |v: &[DownZone]| v.iter().map(|u| u.zone.clone()).collect::<Vec<_>>();
         assert_eq!(zones(&c.maintenance), ["b", "c"]);
         assert!(c.unavailable.is_empty());
-        assert!(c.write_quorum_met(), "maintenance is no outage");
+        assert!(
+            c.write_quorum_met_without(c.unavailable.len()),
+            "maintenance is no outage"
+        );
         // One node of b stops: b still has a node up, so it stays in maintenance.
         nodes[1].status = None;
         let c = check(&stack(3, &[ZONE]), &nodes, &[]);
@@ -837,7 +836,7 @@ mod tests {
         let c = check(&stack(3, &[ZONE]), &nodes, &[]);
         assert_eq!(zones(&c.unavailable), ["b"]);
         assert_eq!(zones(&c.maintenance), ["c"]);
-        assert!(c.write_quorum_met());
+        assert!(c.write_quorum_met_without(c.unavailable.len()));
         assert!(!c.write_quorum_met_without(2));
     }
 
@@ -864,11 +863,11 @@ mod tests {
         );
         assert_eq!(c.unavailable.len(), 1);
         assert_eq!(c.unavailable[0].since, Some(since));
-        assert!(c.write_quorum_met());
+        assert!(c.write_quorum_met_without(c.unavailable.len()));
         nodes[1].status = nodes[2].status.clone();
         let c = check(&stack(3, &[ZONE]), &nodes, &[]);
         assert_eq!(c.unavailable.len(), 2);
-        assert!(!c.write_quorum_met());
+        assert!(!c.write_quorum_met_without(c.unavailable.len()));
     }
 
     #[test]
@@ -1008,7 +1007,7 @@ mod tests {
         assert_eq!(u.zone, "c");
         assert!(u.nodes.is_empty());
         assert_eq!(u.claims, ["storage-s-ingester-2", "wal-s-ingester-2"]);
-        assert!(c.write_quorum_met());
+        assert!(c.write_quorum_met_without(c.unavailable.len()));
         // Without the volumes, the same nodes mean too few zones.
         let bare = check(&stack(3, &[ZONE]), &nodes_in(&["a", "b"]), &[]);
         assert_eq!(bare.verdict, ZoneVerdict::ZonesInsufficient);

@@ -216,12 +216,12 @@ impl Rules {
 /// OTLP are then turned off for every tenant (`distributor.otlp_config`), as the Go Loki
 /// Operator does, so only the attributes the stack names become stream labels.
 pub fn otlp_set(limits: Option<&LimitsSpec>) -> bool {
-    limits.is_some_and(|l| {
-        l.global
-            .iter()
-            .chain(l.tenants.values())
-            .any(|t| t.otlp.is_some())
-    })
+    any_block(limits, |t| t.otlp.is_some())
+}
+
+/// Whether the global limits or any tenant's satisfy `f`.
+fn any_block(limits: Option<&LimitsSpec>, f: impl Fn(&LimitsTemplateSpec) -> bool) -> bool {
+    limits.is_some_and(|l| l.global.iter().chain(l.tenants.values()).any(f))
 }
 
 /// Loki reads sizes as strings with a unit; the API gives whole megabytes, as the Go Loki
@@ -255,12 +255,7 @@ pub fn tenant_overrides(limits: Option<&LimitsSpec>) -> Value {
 
 /// Whether any tenant has a retention: the compactor then deletes what has expired.
 pub fn retention_enabled(limits: Option<&LimitsSpec>) -> bool {
-    limits.is_some_and(|l| {
-        l.global
-            .iter()
-            .chain(l.tenants.values())
-            .any(|t| t.retention.is_some())
-    })
+    any_block(limits, |t| t.retention.is_some())
 }
 
 #[cfg(test)]

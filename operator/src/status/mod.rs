@@ -195,10 +195,10 @@ impl Stamp {
 
 /// The Degraded reason and message: a finding that holds the spec back, else writes
 /// without quorum, else a failed apply.
-fn degraded(plan: &Plan, outcome: &Outcome, per_zone: &[ZoneStatus]) -> Option<(Reason, String)> {
+fn degraded(plan: &Plan, outcome: &Outcome, down: &[&str]) -> Option<(Reason, String)> {
     plan.findings
         .hold_back()
-        .or_else(|| quorum_lost(plan, per_zone))
+        .or_else(|| quorum_lost(plan, down))
         .or(match outcome {
             Outcome::Failed { reason, message } => Some((*reason, message.clone())),
             _ => None,
@@ -226,9 +226,9 @@ fn not_serving<'a>(z: &'a ZoneCheck, per_zone: &[ZoneStatus]) -> Vec<&'a str> {
         .collect()
 }
 
-fn quorum_lost(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, String)> {
+/// `down`: the zones [`not_serving`] now.
+fn quorum_lost(plan: &Plan, down: &[&str]) -> Option<(Reason, String)> {
     let z = plan.findings.zone.as_ref()?;
-    let down = not_serving(z, per_zone);
     if z.write_quorum_met_without(down.len()) {
         return None;
     }
@@ -237,7 +237,7 @@ fn quorum_lost(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, String)>
         Reason::WriteQuorumLost,
         format!(
             "zones {} are unavailable or drained: with replication factor {} and write quorum {}, some streams can write only {left} copies, so their pushes fail until a zone returns. Bring the zones' nodes back; do not change the replication factor or restart ingesters now",
-            name_list(&down),
+            name_list(down),
             z.factor,
             z.write_quorum
         ),
@@ -297,12 +297,16 @@ fn stranded(snapshot: &Snapshot, keys: &[String], zone: &str) -> Vec<String> {
 
 /// One unavailable zone: its nodes and why each is down, since when, the stack's pods
 /// there and the claims pinned there.
-fn unavailable_zone_line(u: &DownZone, pods: &[String]) -> String {
-    let nodes: Vec<String> = u
-        .nodes
+/// A down zone's nodes, each with why it takes no pods: "n1 (cordoned)".
+fn down_nodes(u: &DownZone) -> Vec<String> {
+    u.nodes
         .iter()
         .map(|(n, why)| format!("{n} ({why})"))
-        .collect();
+        .collect()
+}
+
+fn unavailable_zone_line(u: &DownZone, pods: &[String]) -> String {
+    let nodes = down_nodes(u);
     let since = u.since.map_or(String::new(), |t| format!(" since {t}"));
     let pods = if pods.is_empty() {
         "none of the stack's pods".to_string()
@@ -329,7 +333,7 @@ fn zone_unavailable(
     plan: &Plan,
     snapshot: &Snapshot,
     recovery: &Report,
-    per_zone: &[ZoneStatus],
+    down: &[&str],
 ) -> Option<(Reason, String)> {
     let z = plan.findings.zone.as_ref()?;
     if z.unavailable.is_empty() {
@@ -340,7 +344,7 @@ fn zone_unavailable(
         .iter()
         .map(|u| unavailable_zone_line(u, &stranded(snapshot, &z.keys, &u.zone)))
         .collect();
-    let quorum = if z.write_quorum_met_without(not_serving(z, per_zone).len()) {
+    let quorum = if z.write_quorum_met_without(down.len()) {
         "Writes keep their quorum in the available zones. "
     } else {
         ""
@@ -379,11 +383,7 @@ fn zone_maintenance(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, Str
         .maintenance
         .iter()
         .map(|m| {
-            let nodes: Vec<String> = m
-                .nodes
-                .iter()
-                .map(|(n, why)| format!("{n} ({why})"))
-                .collect();
+            let nodes = down_nodes(m);
             let ingesters = per_zone
                 .iter()
                 .find(|s| s.zone == m.zone)
@@ -422,8 +422,9 @@ fn warnings(
     recovery: &Report,
     pod_zones: &PodZones,
     per_zone: &[ZoneStatus],
+    down: &[&str],
 ) -> Vec<(Reason, String)> {
-    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot, recovery, per_zone)
+    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot, recovery, down)
         .into_iter()
         .chain(zone_maintenance(plan, per_zone))
         .collect();
@@ -533,7 +534,9 @@ pub fn compute(
     let outage = zone
         .map(|z| (z.disrupted().count(), z.zones.len()))
         .filter(|(down, _)| *down > 0);
-    let degraded = degraded(plan, outcome, &per_zone);
+    // The zones holding no serving copy, decided once for the quorum everywhere below.
+    let down = zone.map(|z| not_serving(z, &per_zone)).unwrap_or_default();
+    let degraded = degraded(plan, outcome, &down);
     let applied = *outcome == Outcome::Applied;
     // A spec applied by an earlier reconcile counts as long as nothing degrades it.
     let current_applied =
@@ -547,12 +550,12 @@ pub fn compute(
         &Counts::of(&by_component, &plan.eff, outage),
         current_applied,
         degraded,
-        &warnings(plan, snapshot, recovery, &pod_zones, &per_zone),
+        &warnings(plan, snapshot, recovery, &pod_zones, &per_zone, &down),
     );
     LokiStackStatus {
         conditions: keep_transition_times(desired, &previous.conditions),
         components: Some(component_status(&by_component)),
-        replication: Some(replication(plan, &pod_zones, per_zone)),
+        replication: Some(replication(plan, &pod_zones, down.len(), per_zone)),
         observed_generation: if applied {
             generation
         } else {
@@ -684,10 +687,15 @@ fn keep_transition_times(desired: Vec<Condition>, previous: &[Condition]) -> Vec
         .collect()
 }
 
-fn replication(plan: &Plan, pod_zones: &PodZones, per_zone: Vec<ZoneStatus>) -> ReplicationStatus {
+fn replication(
+    plan: &Plan,
+    pod_zones: &PodZones,
+    down: usize,
+    per_zone: Vec<ZoneStatus>,
+) -> ReplicationStatus {
     match &plan.findings.zone {
         Some(z) => {
-            let serving = z.write_quorum_met_without(not_serving(z, &per_zone).len());
+            let serving = z.write_quorum_met_without(down);
             ReplicationStatus {
                 factor: z.factor,
                 zones: z.zones.iter().cloned().collect(),
