@@ -83,9 +83,11 @@ struct RunArgs {
     /// `olm.targetNamespaces` annotation.
     #[arg(long, env = "WATCH_NAMESPACES", default_value = "", value_parser = parse_scope)]
     watch_namespaces: Scope,
-    /// How often the storage Secrets that stacks name are read again: the operator may
-    /// only `get` Secrets by name, so a change is seen at the next read.
-    #[arg(long, env = "SECRET_POLL_INTERVAL", default_value = "10s", value_parser = duration::parse_duration)]
+    /// How often, on average, a storage Secret that stacks name is read again (each
+    /// Secret within ±25%, at its own offset): the operator may only `get` Secrets by
+    /// name, so a change is seen at the next read. A Secret a stack waits on (missing or
+    /// invalid) is read every 10 s, and editing or annotating the stack re-reads it at once.
+    #[arg(long, env = "SECRET_POLL_INTERVAL", default_value = "2m", value_parser = duration::parse_duration)]
     secret_poll_interval: Duration,
     #[command(flatten)]
     webhook: WebhookArgs,

@@ -84,6 +84,8 @@ impl Term {
         let stack_changes = p.taps.stacks.attach();
         let pod_changes = p.taps.zone_aware_pods.attach();
         let node_changes = p.taps.nodes.attach();
+        // Secrets read in an earlier term are read again before they are relied on.
+        p.caches.secret_reader.new_term();
         // Every stack once at the start of a term: changes while no term ran were dropped.
         for s in p.caches.stacks.state() {
             p.taps
@@ -171,12 +173,16 @@ impl Term {
     }
 }
 
-/// Reads the named storage Secrets again every `every`. The first pass is at once: a
-/// Secret may have changed while this replica did not lead.
+/// Reads the named storage Secrets as they fall due (see `caches::secrets`).
 async fn poll_secrets(caches: Caches, taps: Taps, every: Duration) {
-    let reader = caches.secret_reader.clone();
-    reader.refresh(&caches.stacks, &taps.stacks).await;
-    secrets::poll(reader, caches.stacks, taps.stacks, every).await
+    let schedule = secrets::Schedule::new(every);
+    secrets::poll(
+        caches.secret_reader.clone(),
+        caches.stacks,
+        taps.stacks,
+        schedule,
+    )
+    .await
 }
 
 /// The leader's part of the webhooks: keep their configurations current (and tell the
