@@ -59,7 +59,8 @@ struct Annotator {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     permits: Arc<Semaphore>,
-    done: UnboundedSender<(ObjectRef<Pod>, Outcome)>,
+    /// Each write's result, with when its answer came.
+    done: UnboundedSender<(ObjectRef<Pod>, Outcome, Instant)>,
     /// The writes in flight; dropped (so aborted) with the annotator.
     writes: JoinSet<()>,
     /// Pods with a patch in flight, with the resourceVersion the patch is conditional on.
@@ -132,7 +133,10 @@ pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Ar
     loop {
         tokio::select! {
             change = pod_changes.recv() => match change {
-                Some(PodChange::Changed(p)) => a.consider(&p).await,
+                Some(PodChange::Changed(p, stored_at)) => {
+                    a.metrics.annotator_step("queued", stored_at.elapsed());
+                    a.consider(&p).await
+                }
                 Some(PodChange::Deleted(p)) => a.forget(&p),
                 None => break,
             },
@@ -142,7 +146,10 @@ pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Ar
                     a.consider(&p).await;
                 }
             }
-            Some((pod, outcome)) = done_rx.recv() => a.finished(pod, outcome).await,
+            Some((pod, outcome, answered_at)) = done_rx.recv() => {
+                a.metrics.annotator_step("finished", answered_at.elapsed());
+                a.finished(pod, outcome).await
+            }
             // Reap finished writes, so the set does not grow.
             Some(_) = a.writes.join_next(), if !a.writes.is_empty() => {}
         }
@@ -176,6 +183,7 @@ impl Annotator {
     }
 
     async fn consider(&mut self, pod: &Pod) {
+        let started = Instant::now();
         let r = ObjectRef::from_obj(pod);
         if self.in_flight.contains_key(&r) {
             return;
@@ -192,7 +200,10 @@ impl Annotator {
         }
         let node = node_name(pod).and_then(|n| self.nodes.get(&ObjectRef::new(n)));
         match decide(pod, node.as_deref()) {
-            PodZone::Annotate(zone) => self.write(pod, r, zone),
+            PodZone::Annotate(zone) => {
+                self.metrics.annotator_step("decided", started.elapsed());
+                self.write(pod, r, zone)
+            }
             PodZone::NodeLabel(e) => {
                 let node = node_name(pod).unwrap_or_default().to_string();
                 let reason = match e {
@@ -234,12 +245,17 @@ impl Annotator {
         let patch = json!({"metadata": {"resourceVersion": pod.resource_version(), "annotations": {names::ANNOTATION_ZONE: zone}}});
         let permits = self.permits.clone();
         let done = self.done.clone();
+        let metrics = self.metrics.clone();
         self.writes.spawn(async move {
+            let spawned = Instant::now();
             let _permit = permits.acquire_owned().await;
-            let outcome = match api
+            metrics.annotator_step("permit", spawned.elapsed());
+            let sent = Instant::now();
+            let answer = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
+                .await;
+            metrics.annotator_step("patch", sent.elapsed());
+            let outcome = match answer {
                 Ok(_) => Outcome::Written,
                 Err(kube::Error::Api(e)) if e.code == 404 => Outcome::Gone,
                 Err(kube::Error::Api(e)) if e.code == 409 => Outcome::Conflict,
@@ -248,7 +264,7 @@ impl Annotator {
                     Outcome::Failed(e.to_string())
                 }
             };
-            let _ = done.send((r, outcome));
+            let _ = done.send((r, outcome, Instant::now()));
         });
     }
 

@@ -412,7 +412,7 @@ fn watch_pods(
                 let change = if deleted {
                     PodChange::Deleted(pod.clone())
                 } else {
-                    PodChange::Changed(pod.clone())
+                    PodChange::Changed(pod.clone(), std::time::Instant::now())
                 };
                 tx.send(change);
             }

@@ -57,10 +57,11 @@ impl<T> Tap<T> {
     }
 }
 
-/// A zone-aware pod as the pod cache just saw it.
+/// A zone-aware pod as the pod cache just saw it. A change carries when the cache
+/// stored it, for the annotator's `queued` step.
 #[derive(Debug)]
 pub enum PodChange {
-    Changed(Pod),
+    Changed(Pod, std::time::Instant),
     Deleted(Pod),
 }
 

@@ -62,6 +62,12 @@ pub struct StatusConditionLabels {
     pub status: String,
 }
 
+/// One step of the pod annotator's path from a pod event to its zone written.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabel {
+    pub step: String,
+}
+
 /// The stage of turning a stack's zones on or off (`status.zoneAwareness.stage`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabels {
@@ -85,6 +91,7 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     pub annotations: Family<ResultLabel, Counter>,
     pub bind_to_annotated: Histogram,
+    annotator_steps: Family<StepLabel, Histogram, fn() -> Histogram>,
     pub applies: Family<ResultLabel, Counter>,
     pub webhook_bindings: Family<ResultLabel, Counter>,
     pub webhook_duration: Histogram,
@@ -142,6 +149,7 @@ impl Default for Metrics {
             reconcile_duration: register(r, "reconcile_duration_seconds", "Duration of one reconcile", seconds()),
             annotations: register(r, "zone_annotations", "Zone annotations written by the pod annotator, by result", Family::default()),
             bind_to_annotated: register(r, "bind_to_annotated_seconds", "Time from seeing a zone-aware pod bound to a node to its zone annotation being written", seconds()),
+            annotator_steps: register(r, "annotator_step_seconds", "The pod annotator's time per step, by step: queued (pod event in the cache to the annotator taking it), decided (taken to its patch ready), permit (waiting for one of the patches in flight), patch (sent to answered), finished (answered to the annotator recording it)", Family::new_with_constructor(fine_seconds as fn() -> Histogram)),
             webhook_bindings: register(r, "webhook_bindings", "pods/binding reviews answered by this replica, by result: zoned, not_zone_aware, pod_unknown, already_zoned, node_unknown, node_label, no_keys, not_a_node_binding", Family::default()),
             webhook_duration: register(r, "webhook_response_seconds", "Time to answer one pods/binding review, from the request read to the response written", fine_seconds()),
             webhook_pod_reads: register(r, "webhook_pod_reads", "Pods the webhook read from the API server because its cache had not seen them yet", Family::default()),
@@ -180,6 +188,15 @@ impl Metrics {
                 webhook: webhook.to_string(),
             })
             .set(i64::from(applied));
+    }
+
+    /// How long one step of the annotator took (see `annotator_step_seconds`).
+    pub fn annotator_step(&self, step: &str, took: std::time::Duration) {
+        self.annotator_steps
+            .get_or_create(&StepLabel {
+                step: step.to_string(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// One pod given its zone by `path` (`bind` or `annotator`).
