@@ -21,6 +21,8 @@
 //!    without zones (the StatefulSet's rolling update, one pod at a time); simulated pods
 //!    turn Ready [`READY_AFTER`] after they start. A watch on the ingesters records the
 //!    most zones that ever had an ingester down at once.
+//! 6. Scale: N zone-aware stacks (default 1,000) on their own control plane; see
+//!    `bench_scale.rs`. `bench scale [N]` runs this section alone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -38,6 +40,9 @@ use loki_zone_operator_tests::nodesim::{eventually, NodeSim, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
+
+#[path = "bench_scale.rs"]
+mod scale;
 
 const PODS: usize = 300;
 const CONCURRENCY: usize = 32;
@@ -201,6 +206,9 @@ fn rss_kib(pid: u32) -> Result<u64> {
 }
 
 async fn run() -> Result<Vec<Row>> {
+    if std::env::args().nth(1).as_deref() == Some("scale") {
+        return scale::run(scale::stacks_from_args()?).await;
+    }
     let mut rows = Vec::new();
     let cp = ControlPlane::start(&repo_root().join(".e2e/bench"))?;
     let admin = client_for(&cp.admin_kubeconfig).await?;
@@ -734,6 +742,11 @@ async fn run() -> Result<Vec<Row>> {
         Some(growth <= 5 * 1024),
     );
     op.stop();
+    if !memory_only {
+        // 6. Scale, on a control plane of its own: this one stops first.
+        drop((_sim, cp));
+        rows.extend(scale::run(scale::stacks_from_args()?).await?);
+    }
     Ok(rows)
 }
 

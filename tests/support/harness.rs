@@ -35,6 +35,41 @@ pub const NODE_MONITOR_GRACE: std::time::Duration = std::time::Duration::from_se
 /// evicts it, for pods that set no toleration of their own (production: 300 s).
 pub const UNREACHABLE_TOLERATION: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What a caller may change in the control plane it starts; the default is the e2e
+/// suite's (see [`NODE_MONITOR_GRACE`]).
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// The node lifecycle controller's `--node-monitor-grace-period`.
+    pub node_monitor_grace: Duration,
+    /// `--kube-api-qps` and `--kube-api-burst` of the controller manager and the
+    /// scheduler; `None` keeps their defaults (20/30 and 50/100).
+    pub api_qps: Option<(u32, u32)>,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            node_monitor_grace: NODE_MONITOR_GRACE,
+            api_qps: None,
+        }
+    }
+}
+
+impl Tuning {
+    /// The client rate flags of the controller manager and the scheduler.
+    fn qps_args(&self) -> Vec<String> {
+        self.api_qps
+            .iter()
+            .flat_map(|(qps, burst)| {
+                [
+                    format!("--kube-api-qps={qps}"),
+                    format!("--kube-api-burst={burst}"),
+                ]
+            })
+            .collect()
+    }
+}
+
 /// Where the control-plane binaries are, building them the first time.
 pub fn control_plane_bin() -> Result<PathBuf> {
     let script = repo_root().join("hack/build-control-plane.sh");
@@ -166,8 +201,13 @@ pub fn write_kubeconfig(
 }
 
 impl ControlPlane {
-    /// Starts a fresh control plane in `dir` (emptied first).
+    /// Starts a fresh control plane in `dir` (emptied first), tuned as the e2e suite is.
     pub fn start(dir: &Path) -> Result<ControlPlane> {
+        Self::start_with(dir, &Tuning::default())
+    }
+
+    /// Starts a fresh control plane in `dir` (emptied first), tuned as `tuning` says.
+    pub fn start_with(dir: &Path, tuning: &Tuning) -> Result<ControlPlane> {
         let bin = control_plane_bin()?;
         let etcd_bin = which("etcd")
             .context("etcd not found: install etcd-server (hack/build-control-plane.sh does)")?;
@@ -264,44 +304,48 @@ impl ControlPlane {
         )?;
 
         let kubeconfig = format!("--kubeconfig={}", cp.admin_kubeconfig.display());
+        let mut manager_args = vec![
+            kubeconfig.clone(),
+            "--leader-elect=false".into(),
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            // The node lifecycle controller, on the simulator's heartbeats.
+            "--node-monitor-period=1s".into(),
+            format!(
+                "--node-monitor-grace-period={}s",
+                tuning.node_monitor_grace.as_secs()
+            ),
+            // A node created without a heartbeat (the simulator posts one at once).
+            "--node-startup-grace-period=10s".into(),
+            // The unreachable NoExecute taint goes on one node per 1/rate seconds
+            // (production: 0.1, one node every 10 s); a zone's nodes at once here.
+            "--node-eviction-rate=100".into(),
+            format!("--service-account-private-key-file={}", sa_key.display()),
+            format!("--root-ca-file={}", cp.ca_file.display()),
+            "--use-service-account-credentials=false".into(),
+            "--concurrent-statefulset-syncs=10".into(),
+            "--v=1".into(),
+        ];
+        manager_args.extend(tuning.qps_args());
         cp.procs.push(spawn(
             "kube-controller-manager",
             &dir,
             &bin.join("kube-controller-manager"),
-            &[
-                kubeconfig.clone(),
-                "--leader-elect=false".into(),
-                "--port=0".into(),
-                "--secure-port=0".into(),
-                // The node lifecycle controller, on the simulator's heartbeats.
-                "--node-monitor-period=1s".into(),
-                format!(
-                    "--node-monitor-grace-period={}s",
-                    NODE_MONITOR_GRACE.as_secs()
-                ),
-                // A node created without a heartbeat (the simulator posts one at once).
-                "--node-startup-grace-period=10s".into(),
-                // The unreachable NoExecute taint goes on one node per 1/rate seconds
-                // (production: 0.1, one node every 10 s); a zone's nodes at once here.
-                "--node-eviction-rate=100".into(),
-                format!("--service-account-private-key-file={}", sa_key.display()),
-                format!("--root-ca-file={}", cp.ca_file.display()),
-                "--use-service-account-credentials=false".into(),
-                "--concurrent-statefulset-syncs=10".into(),
-                "--v=1".into(),
-            ],
+            &manager_args,
         )?);
+        let mut scheduler_args = vec![
+            kubeconfig,
+            "--leader-elect=false".into(),
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            "--v=1".into(),
+        ];
+        scheduler_args.extend(tuning.qps_args());
         cp.procs.push(spawn(
             "kube-scheduler",
             &dir,
             &bin.join("kube-scheduler"),
-            &[
-                kubeconfig,
-                "--leader-elect=false".into(),
-                "--port=0".into(),
-                "--secure-port=0".into(),
-                "--v=1".into(),
-            ],
+            &scheduler_args,
         )?);
         Ok(cp)
     }

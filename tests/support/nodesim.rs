@@ -5,6 +5,8 @@
 //!   size. Like kubelets, the simulator renews each node's Lease in `kube-node-lease` and
 //!   the Ready condition's heartbeat every [`HEARTBEAT`], so the control plane's node
 //!   lifecycle controller sees live nodes, and sees a node die when its heartbeats stop.
+//!   [`NodeSim::with_heartbeats`] makes them rarer, or Lease renewals only (the bench's
+//!   scale section, where the nodes are not what is measured).
 //! - [`NodeSim::zone_down`] cuts a zone's nodes off, as a lost zone does: no heartbeats
 //!   and no pod updates. The lifecycle controller then marks the nodes unreachable,
 //!   taints them and evicts their pods, which stay Terminating since no kubelet confirms.
@@ -60,11 +62,32 @@ fn is_dark(dark: &Dark, node: &str) -> bool {
         .contains(node)
 }
 
+/// How the simulated kubelets heartbeat.
+#[derive(Clone, Copy, Debug)]
+pub struct Heartbeats {
+    /// How often every live node is renewed.
+    pub every: Duration,
+    /// Whether each heartbeat also posts the node's status (the Ready condition's
+    /// heartbeat), or only renews its Lease, as kubelets since 1.17 do between status
+    /// reports; the node lifecycle controller takes either as a sign of life.
+    pub status: bool,
+}
+
+impl Default for Heartbeats {
+    fn default() -> Self {
+        Heartbeats {
+            every: HEARTBEAT,
+            status: true,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct NodeSim {
     client: Client,
     dark: Dark,
     ready_after: Duration,
+    heartbeats: Heartbeats,
 }
 
 /// The node status a kubelet posts: capacity and the conditions the lifecycle controller
@@ -104,10 +127,10 @@ fn ready_since(node: &Node) -> Option<String> {
         .map(|t| t.0.to_string())
 }
 
-/// One heartbeat of a node's kubelet: its Lease renewed (created the first time) and its
-/// status posted with a fresh Ready heartbeat. Taints are left to the lifecycle
-/// controller, which removes those it added once the node is Ready again.
-async fn heartbeat(client: &Client, node: &Node) -> Result<()> {
+/// One heartbeat of a node's kubelet: its Lease renewed (created the first time) and,
+/// with `status`, its status posted with a fresh Ready heartbeat. Taints are left to the
+/// lifecycle controller, which removes those it added once the node is Ready again.
+async fn heartbeat(client: &Client, node: &Node, status: bool) -> Result<()> {
     let name = node.name_any();
     let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let spec = json!({
@@ -143,6 +166,9 @@ async fn heartbeat(client: &Client, node: &Node) -> Result<()> {
             other.with_context(|| format!("renewing the Lease of node {name}"))?;
         }
     }
+    if !status {
+        return Ok(());
+    }
     let since = ready_since(node).unwrap_or_else(|| Timestamp::now().to_string());
     Api::<Node>::all(client.clone())
         .patch_status(
@@ -161,7 +187,17 @@ impl NodeSim {
             client,
             dark: Dark::default(),
             ready_after: Duration::ZERO,
+            heartbeats: Heartbeats::default(),
         }
+    }
+
+    /// Heartbeats other than the default (every [`HEARTBEAT`], Lease and status): the
+    /// bench's scale section renews Leases only, and seldom, so that the nodes cost the
+    /// API server little when they are not what is measured. The control plane's
+    /// `--node-monitor-grace-period` must then hold several periods.
+    pub fn with_heartbeats(mut self, heartbeats: Heartbeats) -> Self {
+        self.heartbeats = heartbeats;
+        self
     }
 
     /// Pods turn Running and Ready this long after they are bound, as an ingester does
@@ -208,7 +244,7 @@ impl NodeSim {
             .create(&PostParams::default(), &node)
             .await
             .with_context(|| format!("creating node {name}"))?;
-        heartbeat(&self.client, &node).await
+        heartbeat(&self.client, &node, true).await
     }
 
     /// `per_zone` nodes in each zone, named `node-<zone>-<i>`.
@@ -253,7 +289,7 @@ impl NodeSim {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&name);
-            heartbeat(&self.client, &self.nodes().get(&name).await?).await?;
+            heartbeat(&self.client, &self.nodes().get(&name).await?, true).await?;
             let pods: Api<Pod> = Api::all(self.client.clone());
             let on_node = ListParams::default().fields(&format!("spec.nodeName={name}"));
             for pod in pods.list(&on_node).await? {
@@ -288,7 +324,11 @@ impl NodeSim {
     pub fn run(&self) -> Running {
         let (stop, stopped) = watch::channel(false);
         let loops: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = vec![
-            Box::pin(heartbeats(self.client.clone(), self.dark.clone())),
+            Box::pin(heartbeats(
+                self.client.clone(),
+                self.dark.clone(),
+                self.heartbeats,
+            )),
             Box::pin(kubelet(
                 self.client.clone(),
                 self.dark.clone(),
@@ -364,11 +404,11 @@ async fn namespace_names(client: Client) {
     }
 }
 
-/// Every [`HEARTBEAT`], a heartbeat for every node that is not cut off, including nodes
+/// Every `how.every`, a heartbeat for every node that is not cut off, including nodes
 /// created since the last round.
-async fn heartbeats(client: Client, dark: Dark) {
+async fn heartbeats(client: Client, dark: Dark, how: Heartbeats) {
     let nodes: Api<Node> = Api::all(client.clone());
-    let mut tick = tokio::time::interval(HEARTBEAT);
+    let mut tick = tokio::time::interval(how.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut listed, mut beating) = (true, true);
     loop {
@@ -392,7 +432,7 @@ async fn heartbeats(client: Client, dark: Dark) {
         let results: Vec<Result<()>> = futures::stream::iter(live)
             .map(|n| {
                 let client = client.clone();
-                async move { heartbeat(&client, &n).await }
+                async move { heartbeat(&client, &n, how.status).await }
             })
             .buffer_unordered(HEARTBEAT_CONCURRENCY)
             .collect()
