@@ -7,8 +7,8 @@ KUBECTL ?= kubectl
 BIN := target/debug/loki-zone-operator
 CLUSTER := target/debug/e2e-cluster
 DEMO_DIR := .e2e/demo
-# The operator image: `deploy` installs it, `docker-build` builds it; the zone init
-# container runs the same image. By default the one manifests/operator sets.
+# The operator image: `deploy` installs it, `image` and `docker-build` build it; the zone
+# init container runs the same image. By default the one manifests/operator sets.
 IMG ?= $(shell awk '/newName:/ {n=$$2} /newTag:/ {t=$$2} END {print n ":" t}' manifests/operator/kustomization.yaml)
 # The OLM bundle image `bundle-build` builds from bundle/ (whose CSV names the operator
 # image manifests/operator sets: change it there and run `make bundle` for your own).
@@ -119,8 +119,15 @@ bundle-build: ## Build the OLM bundle image BUNDLE_IMG from bundle/
 bundle-push: ## Push the OLM bundle image BUNDLE_IMG
 	$(CONTAINER_TOOL) push $(BUNDLE_IMG)
 
+# The OCI archive `make image` writes; docs/install.md shows how each tool loads it.
+IMAGE_ARCHIVE ?= target/image/loki-zone-operator.oci.tar
+
+.PHONY: image
+image: ## Build the operator image IMG as an OCI archive, no Docker needed (IMAGE_ARCHIVE; musl build cached in ~/.cache)
+	IMG=$(IMG) OUT=$(IMAGE_ARCHIVE) bash hack/build-image.sh
+
 .PHONY: docker-build
-docker-build: ## Build the operator image IMG (static binary, distroless; dependencies in their own layer)
+docker-build: ## Build the operator image IMG with Docker (the files `make image` writes; dependencies in their own layer)
 	$(CONTAINER_TOOL) build -t $(IMG) .
 
 .PHONY: docker-push
