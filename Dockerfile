@@ -1,9 +1,17 @@
-# The operator image; zone-aware Loki pods run its `wait-for-zone` as their init
-# container, so it must need no shell: a static (musl) binary in a distroless, non-root
-# image. `make docker-build IMG=...` builds it.
-FROM docker.io/library/rust:1.95-alpine AS build
-RUN apk add --no-cache musl-dev
+# The operator image, for those who build with Docker (`make docker-build IMG=...`);
+# `make image` writes the same image as an OCI archive with neither Docker nor a
+# registry. Zone-aware Loki pods run its `wait-for-zone` as their init container, so it
+# must need no shell: a static (musl) binary and, as in a distroless "static:nonroot"
+# image, /etc/passwd and /etc/group with user nonroot (65532), /tmp and Debian's CA
+# bundle; nothing else. hack/build-image.sh lays out those files for both builds.
+FROM docker.io/library/rust:1.95-slim-bookworm AS build
+# musl-gcc: ring builds C for the musl target. ca-certificates: the bundle the image carries.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends musl-tools ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && rustup target add x86_64-unknown-linux-musl
 WORKDIR /src
+ARG TARGET=x86_64-unknown-linux-musl
 
 # Dependencies in their own layer: built from the manifests and the lock file alone,
 # with empty targets, so a source change reuses this layer and rebuilds only the crate.
@@ -16,21 +24,27 @@ RUN mkdir -p operator/src \
  && for f in $(sed -n 's/^path = "\(.*\)"$/\1/p' tests/Cargo.toml); do \
       mkdir -p "tests/$(dirname "$f")" && echo 'fn main() {}' > "tests/$f"; \
     done \
- && cargo build --locked --release -p loki-zone-operator \
+ && cargo build --locked --release --target "$TARGET" -p loki-zone-operator \
  && rm -rf operator/src \
-      target/release/.fingerprint/loki-zone-operator-* \
-      target/release/deps/loki_zone_operator-* \
-      target/release/deps/libloki_zone_operator-*
+      target/$TARGET/release/.fingerprint/loki-zone-operator-* \
+      target/$TARGET/release/deps/loki_zone_operator-* \
+      target/$TARGET/release/deps/libloki_zone_operator-*
 
 # The crate (its templates are embedded at build time). The stub's fingerprints are
 # gone, so cargo rebuilds it whatever the copied files' timestamps say.
 COPY templates templates
 COPY operator/src operator/src
-RUN cargo build --locked --release -p loki-zone-operator \
- && cp target/release/loki-zone-operator /loki-zone-operator
+COPY hack/build-image.sh hack/
+RUN cargo build --locked --release --target "$TARGET" -p loki-zone-operator \
+ && bash hack/build-image.sh rootfs target/$TARGET/release/loki-zone-operator /rootfs \
+ && mv /rootfs/home/nonroot /nonroot-home
 
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /loki-zone-operator /loki-zone-operator
+FROM scratch
+# COPY makes every file root's, so the home of nonroot comes in a COPY of its own.
+COPY --from=build /rootfs/ /
+COPY --from=build --chown=65532:65532 /nonroot-home /home/nonroot
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 USER 65532:65532
 ENTRYPOINT ["/loki-zone-operator"]
 CMD ["run"]
