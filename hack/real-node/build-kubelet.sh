@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds kubelet 1.20.2 from the Debian source tree hack/build-control-plane.sh already
-# fetched and patched (run that first), with the same Go toolchain and flags, and caches
-# it next to the control plane binaries: $CACHE_DIR/k8s-1.20.2/bin/kubelet.
-# A second run with the binary present exits at once. Prints the binary's path.
+# Builds kubelet 1.20.2 (and kube-proxy, for Services) from the Debian source tree
+# hack/build-control-plane.sh already fetched and patched (run that first), with the
+# same Go toolchain and flags, and caches them next to the control plane binaries:
+# $CACHE_DIR/k8s-1.20.2/bin/{kubelet,kube-proxy}.
+# A second run with the binaries present exits at once. Prints the kubelet's path.
 set -euo pipefail
 
 K8S_VERSION=1.20.2
@@ -11,7 +12,9 @@ BIN_DIR="$CACHE_DIR/k8s-$K8S_VERSION/bin"
 GOPATH_DIR="$CACHE_DIR/k8s-$K8S_VERSION/gopath"
 log() { printf '[build-kubelet] %s\n' "$*" >&2; }
 
-if [ -x "$BIN_DIR/kubelet" ]; then
+WANT=(kubelet kube-proxy)
+have_all() { for b in "${WANT[@]}"; do [ -x "$BIN_DIR/$b" ] || return 1; done; }
+if have_all; then
   log "cached: $BIN_DIR/kubelet"
   echo "$BIN_DIR/kubelet"
   exit 0
@@ -24,7 +27,7 @@ tree="$GOPATH_DIR/src/k8s.io/kubernetes"
 }
 
 build_log="$CACHE_DIR/k8s-$K8S_VERSION/build-kubelet.log"
-log "building kubelet (log: $build_log)"
+log "building ${WANT[*]} (log: $build_log)"
 start=$(date +%s)
 (
   cd "$tree"
@@ -32,11 +35,13 @@ start=$(date +%s)
   # CGO off gives a static binary; the kubelet needs no cgo for a remote (CRI) runtime.
   export GOPATH="$GOPATH_DIR" GO111MODULE=off CGO_ENABLED=0 GOPROXY=off GOFLAGS=-mod=vendor \
     GOCACHE="$CACHE_DIR/k8s-$K8S_VERSION/gocache"
-  nice -n 10 make WHAT=cmd/kubelet KUBE_VERBOSE=2
+  nice -n 10 make WHAT="cmd/kubelet cmd/kube-proxy" KUBE_VERBOSE=2
 ) >"$build_log" 2>&1 || { log "build failed; the end of $build_log:"; tail -n 30 "$build_log" >&2; exit 1; }
 
-built=$(find "$tree/_output" -type f -name kubelet -perm -u+x | head -n1)
-[ -n "$built" ] || { log "build finished but kubelet is missing"; exit 1; }
-cp "$built" "$BIN_DIR/kubelet"
-log "built in $(( $(date +%s) - start ))s: $BIN_DIR/kubelet"
+for b in "${WANT[@]}"; do
+  built=$(find "$tree/_output" -type f -name "$b" -perm -u+x | head -n1)
+  [ -n "$built" ] || { log "build finished but $b is missing"; exit 1; }
+  cp "$built" "$BIN_DIR/$b"
+done
+log "built in $(( $(date +%s) - start ))s: ${WANT[*]} in $BIN_DIR"
 echo "$BIN_DIR/kubelet"

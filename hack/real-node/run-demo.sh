@@ -20,7 +20,12 @@
 #   POD_TIMEOUT=N      seconds each pod may take to become Ready (default 120)
 #   BURST=N            also create N pods per node at once, time them, delete them
 #   API_FORWARD=0      no forwarder from the host's loopback to the API server
+#   KUBE_PROXY=0       no kube-proxy: only the kubernetes Service works (one DNAT rule)
 #   CONTAINERD_LOG_LEVEL=debug   containerd logs every CRI request and sandbox spec
+#   OPERATOR_IMAGE=ARCHIVE  also import the operator's image (an OCI or docker archive,
+#                      e.g. target/image/loki-zone-operator.oci.tar from
+#                      hack/build-image.sh) and run its `wait-for-zone` as the init
+#                      container of a pod on node-a, as zone-aware Loki pods do
 #   WORK_DIR=DIR       where certificates, state and logs go (default: a new /tmp dir,
 #                      removed at the end unless KEEP_WORK=1)
 #
@@ -54,7 +59,8 @@ die() { log "ERROR: $*"; exit 1; }
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   [ -x "$BIN/$b" ] || die "$BIN/$b missing: run hack/build-control-plane.sh"
 done
-[ -x "$BIN/kubelet" ] || "$here/build-kubelet.sh" >/dev/null
+KUBE_PROXY=${KUBE_PROXY:-1}
+{ [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-proxy" ]; } || "$here/build-kubelet.sh" >/dev/null
 missing=()
 for c in containerd:containerd runc:runc etcd:etcd-server ip:iproute2 iptables:iptables \
   gcc:gcc openssl:openssl nsenter:util-linux ping:iputils-ping bc:bc curl:curl socat:socat; do
@@ -81,6 +87,7 @@ NS="lzo-rn-$ID"
 mkdir -p "$W/logs" "$W/cp/certs"
 KC="$W/cp/admin.kubeconfig"
 CP_PIDS=()
+CP_NAMES=()
 declare -A HOLDER CONTAINERD KUBELET
 kubectl() { nsenter --net="/run/netns/$NS" "$BIN/kubectl" --kubeconfig "$KC" "$@"; }
 
@@ -160,13 +167,20 @@ ip -n "$NS" link set lo up
 ip -n "$NS" link add cni0 type bridge
 ip -n "$NS" addr add "$APISERVER_IP/16" dev cni0
 ip -n "$NS" link set cni0 up
+# Service addresses are reached through the bridge (kube-proxy or the DNAT rule below
+# rewrite them); without a route the namespace itself (kubelets, hostNetwork pods)
+# could not even try. Still nothing off the machine: the namespace has no other route.
+ip -n "$NS" route add 10.96.0.0/16 dev cni0
 # The nodes' own addresses: the kubelet refuses a 127/8 node IP, and this kernel has no
 # dummy interfaces, so 10.89.0.1-3/32 go on the namespace's lo. The API server reaches
 # each kubelet there; pods reach them through their default route to the bridge.
 for ((i = 0; i < NODES; i++)); do ip -n "$NS" addr add "10.89.0.$((i + 1))/32" dev lo; done
 # Pods reach the API server at the kubernetes Service address, as in-cluster clients
-# do; there is no kube-proxy, so one DNAT rule inside the namespace stands in for it.
-if ip netns exec "$NS" iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 \
+# do. Without kube-proxy, one DNAT rule inside the namespace stands in for it.
+SVC_DNAT=0
+if [ "$KUBE_PROXY" = 1 ]; then
+  SVC_DNAT=1
+elif ip netns exec "$NS" iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 \
   -j DNAT --to-destination "$APISERVER_IP:6443" 2>"$W/logs/iptables.log" &&
   ip netns exec "$NS" iptables -t nat -A OUTPUT -d 10.96.0.1/32 -p tcp --dport 443 \
     -j DNAT --to-destination "$APISERVER_IP:6443" 2>>"$W/logs/iptables.log"; then
@@ -181,10 +195,13 @@ start_cp() { # start_cp NAME PROGRAM ARGS...
   local name=$1; shift
   setsid nsenter --net="/run/netns/$NS" "$@" </dev/null >"$W/logs/$name.log" 2>&1 &
   CP_PIDS+=($!)
+  CP_NAMES+=("$name")
 }
 openssl genrsa -out "$W/cp/sa.key" 2048 2>/dev/null
 {
   echo "$ADMIN_TOKEN,real-node-admin,real-node-admin,system:masters"
+  # The built-in binding system:node-proxier names this user.
+  echo "kube-proxy-token-$ID,system:kube-proxy,system:kube-proxy,"
   for ((i = 0; i < NODES; i++)); do
     n=${NODE_NAMES[$i]}
     echo "node-token-$ID-$n,system:node:$n,system:node:$n,system:nodes"
@@ -249,6 +266,7 @@ if [ "${API_FORWARD:-1}" = 1 ]; then
     EXEC:"nsenter --net=/run/netns/$NS socat STDIO TCP\:$APISERVER_IP\:6443" \
     </dev/null >"$W/logs/api-forward.log" 2>&1 &
   CP_PIDS+=($!)
+  CP_NAMES+=(api-forward)
   kubeconfig "$W/cp/host.kubeconfig" real-node-admin "$ADMIN_TOKEN" "https://localhost:$fwd_port"
   log "API server also at https://localhost:$fwd_port from the host ($W/cp/host.kubeconfig)"
 fi
@@ -264,6 +282,19 @@ start_cp kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KC" --leader-elect=
 # system:nodes, get the built-in system:node role.
 kubectl create clusterrolebinding real-node-kubelets --clusterrole=system:node \
   --group=system:nodes >/dev/null
+# One kube-proxy for all nodes: they share the network namespace, hence the iptables
+# rules. It must not touch the machine-wide conntrack settings (nf_conntrack_max is not
+# per namespace): every conntrack flag is 0, "leave as is". No --cluster-cidr, so it
+# masquerades nothing; replies between pods on the bridge go through conntrack because
+# bridge-nf-call-iptables is on in the namespace.
+if [ "$KUBE_PROXY" = 1 ]; then
+  kubeconfig "$W/cp/kube-proxy.kubeconfig" system:kube-proxy "kube-proxy-token-$ID"
+  start_cp kube-proxy "$BIN/kube-proxy" --kubeconfig="$W/cp/kube-proxy.kubeconfig" \
+    --hostname-override=node-a --proxy-mode=iptables --oom-score-adj=0 \
+    --conntrack-max-per-core=0 --conntrack-min=0 \
+    --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
+    --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 --v=1
+fi
 
 # ---------------------------------------------------------------- images
 log "building the pause and demo images"
@@ -332,9 +363,9 @@ start_node() { # start_node INDEX
     sleep 0.2
   done
   local img
-  for img in pause demo; do
+  for img in "$W/images/pause.tar" "$W/images/demo.tar" ${OPERATOR_IMAGE:+"$OPERATOR_IMAGE"}; do
     in_node "$n" ctr --address /run/containerd/containerd.sock -n k8s.io images import \
-      "$W/images/$img.tar" >>"$W/logs/images.log"
+      "$img" >>"$W/logs/images.log"
   done
 
   kubeconfig "$d/kubelet.kubeconfig" "system:node:$n" "node-token-$ID-$n"
@@ -414,7 +445,7 @@ apiVersion: v1
 kind: Pod
 metadata:
   name: $1
-  labels: {app: real-node-demo, node: $2}
+  labels: {app: real-node-demo, node: $2, hostnet: "$3"}
   annotations: {loki.grafana.com/availability-zone: zone-${2#node-}}
 spec:
   hostNetwork: $3
@@ -482,7 +513,7 @@ for ((i = 0; i < NODES; i++)); do
   run_pod "demo-$n-hostnet" "$n" true "$((8081 + i))" || FAIL=1
 done
 kubectl get pods -o wide
-logs_match() { kubectl logs "$1" | grep -E "$2"; }
+logs_match() { local re=$1; shift; kubectl logs "$@" | grep -E "$re"; }
 exec_match() { local p=$1 re=$2; shift 2; kubectl exec "$p" -- "$@" | grep -E "$re"; }
 oom_adjs_not_negative() { # every pod process of the node: comm=oom_score_adj
   local q out=""
@@ -502,7 +533,7 @@ for ((i = 0; i < NODES; i++)); do
       grep -q "^10\.88\.$((i + 1))\." <<<"$pod_ip"
     check "$p: the namespace reaches the pod IP" ip netns exec "$NS" ping -c1 -W2 "$pod_ip"
     check "$p: kubectl logs shows the env and the downward-API files" \
-      logs_match "$p" '^(POD_IP|NODE_NAME)=|^zone-|^app=|^node='
+      logs_match '^(POD_IP|NODE_NAME)=|^zone-|^app=|^node=' "$p"
     check "$p: kubectl exec reads the downward-API zone" kubectl exec "$p" -- /demo cat /etc/podinfo/zone
     check "$p: kubectl exec sees the pod's own eth0" exec_match "$p" 'eth0|lo:' /demo ip
     if [ "$SVC_DNAT" = 1 ]; then
@@ -516,15 +547,86 @@ for ((i = 0; i < NODES; i++)); do
   p=demo-$n-hostnet
   if [ "${RUN_SECS[$p]}" != FAILED ]; then
     check "$p (hostNetwork) sees the namespace's bridge" exec_match "$p" 'cni0' /demo ip
-    check "$p: kubectl logs" logs_match "$p" '^(POD_IP|NODE_NAME)='
+    check "$p: kubectl logs" logs_match '^(POD_IP|NODE_NAME)=' "$p"
     check "$p (Guaranteed): no pod process got a negative oom_score_adj (clamped)" \
       oom_adjs_not_negative "lzo-rn-$ID-$n"
   fi
 done
 
+if [ "$KUBE_PROXY" = 1 ]; then
+  # A ClusterIP Service in front of the plain pods (one per node), through kube-proxy.
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Service
+metadata: {name: demo}
+spec:
+  selector: {app: real-node-demo, hostnet: "false"}
+  ports: [{port: 80, targetPort: 8080}]
+YAML
+  svc_ip=$(kubectl get service demo -o jsonpath='{.spec.clusterIP}')
+  for _ in $(seq 60); do
+    [ "$(kubectl get endpoints demo -o jsonpath='{.subsets[*].addresses[*].ip}' | wc -w)" -ge "$NODES" ] &&
+      ip netns exec "$NS" iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q "$svc_ip/32" && break
+    sleep 0.5
+  done
+  svc_from_pods() { # every plain pod connects to the Service 3 times
+    local n k
+    for n in "${names[@]}"; do
+      for k in 1 2 3; do kubectl exec "demo-$n" -- /demo connect "$svc_ip" 80 || return 1; done
+    done
+  }
+  check "kube-proxy: the namespace gets HTTP 200 from Service demo ($svc_ip:80)" \
+    nsenter --net="/run/netns/$NS" curl -sf --max-time 3 "http://$svc_ip/"
+  check "kube-proxy: every plain pod reaches Service demo ($svc_ip:80), 3 times each" svc_from_pods
+fi
 if [ "${API_FORWARD:-1}" = 1 ]; then
   check "the host's loopback forwarder reaches the API server (kubectl outside the namespace)" \
     "$BIN/kubectl" --kubeconfig "$W/cp/host.kubeconfig" get nodes -L topology.kubernetes.io/zone
+fi
+
+# ---------------------------------------------------------------- operator image
+# The operator's own init container on a real kubelet: it waits until the downward-API
+# file holding the pod's zone annotation is non-empty, and prints the zone.
+if [ -n "${OPERATOR_IMAGE:-}" ]; then
+  op_image=$(tar xOf "$OPERATOR_IMAGE" index.json 2>/dev/null | python3 -c 'import json,sys
+m = json.load(sys.stdin)["manifests"][0].get("annotations", {})
+print(m.get("io.containerd.image.name") or m.get("org.opencontainers.image.ref.name", ""))' 2>/dev/null || true)
+  [ -n "$op_image" ] || op_image=$(tar xOf "$OPERATOR_IMAGE" manifest.json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata:
+  name: operator-init
+  annotations: {loki.grafana.com/availability-zone: zone-a}
+spec:
+  nodeSelector: {topology.kubernetes.io/zone: zone-a}
+  restartPolicy: Never
+  initContainers:
+  - name: wait-for-zone
+    image: $op_image
+    imagePullPolicy: Never
+    args: [wait-for-zone, --file, /etc/podinfo/zone, --timeout, 60s]
+    volumeMounts: [{name: podinfo, mountPath: /etc/podinfo}]
+  containers:
+  - name: crd
+    image: $op_image
+    imagePullPolicy: Never
+    args: [crd]
+  volumes:
+  - name: podinfo
+    downwardAPI:
+      items:
+      - path: zone
+        fieldRef: {fieldPath: "metadata.annotations['loki.grafana.com/availability-zone']"}
+YAML
+  for _ in $(seq 120); do
+    phase=$(kubectl get pod operator-init -o jsonpath='{.status.phase}')
+    case "$phase" in Succeeded | Failed) break ;; esac
+    sleep 0.5
+  done
+  check "operator image ($op_image): pod operator-init Succeeded (phase: $phase)" [ "$phase" = Succeeded ]
+  check "operator image: wait-for-zone printed the zone" logs_match '^zone-a$' operator-init -c wait-for-zone
+  check "operator image: crd printed the CRD" logs_match '^kind: CustomResourceDefinition' operator-init -c crd
 fi
 
 # ---------------------------------------------------------------- burst
@@ -573,7 +675,8 @@ if [ "$IDLE_SECONDS" -gt 0 ]; then
   for n in "${names[@]}"; do
     K0[$n]=$(ticks "${KUBELET[$n]}"); C0[$n]=$(ticks "${CONTAINERD[$n]}"); S0[$n]=$(ticks $(shims "$n"))
   done
-  cp0=$(ticks "${CP_PIDS[@]}")
+  declare -A P0
+  for i in "${!CP_PIDS[@]}"; do P0[$i]=$(ticks "${CP_PIDS[$i]}"); done
   sleep "$IDLE_SECONDS"
   printf '%-8s %10s %10s %10s %12s %12s %10s\n' node kubelet% containerd% shims% kubelet-MiB containerd-MiB shims-MiB >&2
   for n in "${names[@]}"; do
@@ -584,9 +687,11 @@ if [ "$IDLE_SECONDS" -gt 0 ]; then
       "$(($(rss_kb "${KUBELET[$n]}") / 1024))" "$(($(rss_kb "${CONTAINERD[$n]}") / 1024))" \
       "$(($(rss_kb $(shims "$n")) / 1024))" >&2
   done
-  printf 'control plane (etcd, apiserver, controller-manager, scheduler): %s%% CPU, %s MiB\n' \
-    "$(echo "scale=2; ($(ticks "${CP_PIDS[@]}") - cp0) * 100 / $hz / $IDLE_SECONDS" | bc)" \
-    "$(($(rss_kb "${CP_PIDS[@]}") / 1024))" >&2
+  for i in "${!CP_PIDS[@]}"; do
+    printf '%-24s %6s%% CPU %6s MiB\n' "${CP_NAMES[$i]}" \
+      "$(echo "scale=2; ($(ticks "${CP_PIDS[$i]}") - ${P0[$i]}) * 100 / $hz / $IDLE_SECONDS" | bc)" \
+      "$(($(rss_kb "${CP_PIDS[$i]}") / 1024))" >&2
+  done
 fi
 
 if [ "$KEEP" = 1 ]; then
