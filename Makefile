@@ -98,10 +98,11 @@ undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
 BENCH_ARGS ?=
 
 .PHONY: bench
-bench: ## Measure annotation latency, memory, idle API cost and apply time (release build)
+bench: ## Measure image size, annotation latency, memory, idle API cost, apply time, rollouts and scale (release build)
 	$(CARGO) build --locked --release -p loki-zone-operator -p loki-zone-operator-tests --bin loki-zone-operator --bin bench
 	bash hack/build-control-plane.sh >/dev/null
-	LOKI_ZONE_OPERATOR_BIN=target/release/loki-zone-operator target/release/bench $(BENCH_ARGS)
+	$(MAKE) --no-print-directory image
+	IMAGE_ARCHIVE=$(IMAGE_ARCHIVE) LOKI_ZONE_OPERATOR_BIN=target/release/loki-zone-operator target/release/bench $(BENCH_ARGS)
 
 .PHONY: docs
 docs: ## Regenerate docs/api.md from the CRD

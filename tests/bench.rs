@@ -1,6 +1,7 @@
 //! `make bench`: the operator's speed, memory and API cost, measured on the local control
 //! plane with the release binary. Each figure is printed as a table row beside its target.
 //!
+//! 0. The size of the operator image `make image` writes.
 //! 1. Bind → zoned: 300 zone-aware pods over 30 nodes in 3 zones; per pod, the time
 //!    from the watch event where `spec.nodeName` appears to the one where the zone
 //!    annotation appears (0 when the same event carries both). Three paths, in one run:
@@ -219,6 +220,7 @@ async fn run() -> Result<Vec<Row>> {
         return scale::run(scale::stacks_from_args()?).await;
     }
     let mut rows = Vec::new();
+    image_row(&mut rows)?;
     let cp = ControlPlane::start(&repo_root().join(".e2e/bench"))?;
     let admin = client_for(&cp.admin_kubeconfig).await?;
     operator::deploy(&cp.admin_kubeconfig)?;
@@ -827,6 +829,41 @@ fn main() -> std::process::ExitCode {
         started.elapsed()
     );
     std::process::ExitCode::SUCCESS
+}
+
+/// Section 0: the size of the OCI archive `make image` wrote (`make bench` builds it
+/// first), as pulled or loaded. Without the archive (the bench binary run by hand), the
+/// row says so rather than failing the rest.
+fn image_row(rows: &mut Vec<Row>) -> Result<()> {
+    let path = std::env::var_os("IMAGE_ARCHIVE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/image/loki-zone-operator.oci.tar"));
+    let path = if path.is_absolute() {
+        path
+    } else {
+        repo_root().join(path)
+    };
+    match std::fs::metadata(&path) {
+        Ok(m) => {
+            let mb = m.len() as f64 / 1e6;
+            row(
+                rows,
+                "operator image (OCI archive, compressed)",
+                format!("{mb:.1} MB ({} bytes)", m.len()),
+                "≤ 20 MB",
+                Some(mb <= 20.0),
+            );
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => row(
+            rows,
+            "operator image (OCI archive, compressed)",
+            format!("not built: no {} (make image)", path.display()),
+            "≤ 20 MB",
+            None,
+        ),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    Ok(())
 }
 
 /// The zone-aware stack "bench" whose pods [`zone_aware_pod`] makes: Unmanaged, so the
