@@ -238,8 +238,8 @@ impl SecretReader {
                     .get_mut(&key)
                     .is_some_and(|e| std::mem::take(&mut e.unannounced))
             };
-            if changed || announce {
-                for r in &named[&key].refs {
+            if let (true, Some(n)) = (changed || announce, named.get(&key)) {
+                for r in &n.refs {
                     tx.send(r.clone());
                 }
             }
