@@ -553,7 +553,9 @@ for ((i = 0; i < NODES; i++)); do
   fi
 done
 
-if [ "$KUBE_PROXY" = 1 ]; then
+plain_ready=1
+for n in "${names[@]}"; do [ "${RUN_SECS[demo-$n]}" = FAILED ] && plain_ready=0; done
+if [ "$KUBE_PROXY" = 1 ] && [ "$plain_ready" = 1 ]; then
   # A ClusterIP Service in front of the plain pods (one per node), through kube-proxy.
   kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
