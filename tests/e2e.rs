@@ -1037,7 +1037,8 @@ async fn reconciles(env: &Env) -> Result<u64> {
 }
 
 /// 12. A missing storage Secret, then one lacking keys, are reported with what to
-/// change; fixing the Secret applies the stack with no change to the stack.
+/// change; fixing the Secret applies the stack with no change to the stack. Once the
+/// stack runs, a Secret edit is read at once when the stack is annotated.
 async fn storage_secret_errors_are_reported_and_fixing_the_secret_applies(
     env: &mut Env,
 ) -> Result<()> {
@@ -1080,6 +1081,40 @@ async fn storage_secret_errors_are_reported_and_fixing_the_secret_applies(
         )
         .await?;
     wait_condition(env, ns, "s", "Ready", Some("ReadyComponents")).await?;
+
+    // Nothing waits on the Secret now, so it is polled every couple of minutes; an
+    // annotation of the stack has it read again at once.
+    secrets
+        .patch(
+            "later",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"stringData": {"region": "eu-north-9"}})),
+        )
+        .await?;
+    let stacks: Api<LokiStack> = Api::namespaced(env.admin.clone(), ns);
+    stacks
+        .patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"example.com/reread": "1"}}})),
+        )
+        .await?;
+    let cms: Api<ConfigMap> = Api::namespaced(env.admin.clone(), ns);
+    let asked = Instant::now();
+    eventually(
+        "the annotated stack's config has the Secret's new region",
+        Duration::from_secs(30),
+        || async {
+            let cm = cms.get_opt("s-config").await?;
+            let text = serde_json::to_string(&cm.and_then(|c| c.data))?;
+            Ok(text.contains("eu-north-9").then_some(()))
+        },
+    )
+    .await?;
+    println!(
+        "  Secret edit seen {:.1?} after annotating the stack",
+        asked.elapsed()
+    );
     Ok(())
 }
 
