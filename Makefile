@@ -57,6 +57,10 @@ e2e: build ## End-to-end suite on a local Kubernetes control plane (built once, 
 	bash hack/build-control-plane.sh >/dev/null
 	$(CARGO) test --locked -p loki-zone-operator-tests --test e2e
 
+.PHONY: e2e-real
+e2e-real: ## End-to-end on real nodes (root): make image, 3 kubelets with containerd; the operator as make deploy installs it, a zone-aware stack's pods zoned at bind
+	bash hack/real-node/e2e.sh
+
 .PHONY: demo
 demo: build ## Start a local cluster with the operator and a zone-aware stack; print where each pod runs
 	bash hack/build-control-plane.sh >/dev/null

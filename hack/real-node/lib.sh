@@ -1,0 +1,412 @@
+# Sourced by run-demo.sh and e2e.sh (bash, set -euo pipefail): checks the tools, creates
+# the network namespace, starts the control plane, kube-proxy and NODES real nodes, and
+# returns once they are Ready, with the teardown trapped on EXIT (Ctrl-C and SIGTERM
+# exit through it). See run-demo.sh for the environment it reads; also
+# EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE.
+# Leaves for the caller: W (work dir), NS, BIN, KC, kubectl (a function, inside the
+# namespace), the PIDs (CP_PIDS/CP_NAMES, HOLDER, CONTAINERD, KUBELET), names (the
+# nodes), log, die, in_node, mntns_pids, cgroup_pids, t0 (API server start).
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NODES=${NODES:-1}
+KEEP=${KEEP:-0}
+RESTRICT_OOM=${RESTRICT_OOM:-true}
+IDLE_SECONDS=${IDLE_SECONDS:-60}
+K8S_VERSION=1.20.2
+CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
+BIN="$CACHE_DIR/k8s-$K8S_VERSION/bin"
+NODE_NAMES=(node-a node-b node-c)
+APISERVER_IP=10.88.0.1
+API="https://$APISERVER_IP:6443"
+ADMIN_TOKEN=real-node-admin-token
+DEMO_IMAGE=registry.invalid/lzo/demo:1
+
+log() { printf '[real-node %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "needs root (network and mount namespaces, cgroups)"
+[[ "$NODES" =~ ^[1-3]$ ]] || die "NODES must be 1, 2 or 3"
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  [ -x "$BIN/$b" ] || die "$BIN/$b missing: run hack/build-control-plane.sh"
+done
+KUBE_PROXY=${KUBE_PROXY:-1}
+# Image archives by absolute path: the imports run in each node's mount namespace,
+# whose working directory is not the caller's.
+if [ -n "${OPERATOR_IMAGE:-}" ]; then
+  [ -s "$OPERATOR_IMAGE" ] || die "OPERATOR_IMAGE $OPERATOR_IMAGE: no such archive"
+  OPERATOR_IMAGE=$(realpath "$OPERATOR_IMAGE")
+fi
+{ [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-proxy" ]; } || "$here/build-kubelet.sh" >/dev/null
+missing=()
+for c in containerd:containerd runc:runc etcd:etcd-server ip:iproute2 iptables:iptables \
+  gcc:gcc openssl:openssl nsenter:util-linux ping:iputils-ping bc:bc curl:curl socat:socat; do
+  command -v "${c%%:*}" >/dev/null || missing+=("${c#*:}")
+done
+[ -x /usr/lib/cni/bridge ] || missing+=(containernetworking-plugins)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]} with apt"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# cgroup v1 with the cgroupfs driver: that is what this machine has (no systemd, no
+# cgroup2-only mount). The script does not handle a cgroup2-only host.
+[ -d /sys/fs/cgroup/memory ] || die "expects cgroup v1 controllers under /sys/fs/cgroup"
+
+if [ -n "${WORK_DIR:-}" ]; then
+  W=$WORK_DIR
+  mkdir -p "$W"
+  [ -z "$(ls -A "$W")" ] || die "WORK_DIR $W is not empty"
+else W=$(mktemp -d /tmp/lzo-real-node.XXXXXX); fi
+W=$(cd "$W" && pwd)
+ID=$(basename "$W" | tr -cd 'a-zA-Z0-9' | tail -c 6)
+NS="lzo-rn-$ID"
+mkdir -p "$W/logs" "$W/cp/certs"
+KC="$W/cp/admin.kubeconfig"
+CP_PIDS=()
+CP_NAMES=()
+declare -A HOLDER CONTAINERD KUBELET
+kubectl() { nsenter --net="/run/netns/$NS" "$BIN/kubectl" --kubeconfig "$KC" "$@"; }
+
+# ---------------------------------------------------------------- teardown
+# Stops every process this script started, and only those: by the PIDs it recorded,
+# by the node's cgroup (pod processes), by the node's mount namespace (containerd
+# shims) and by the network namespace (anything left in it); then removes the cgroups
+# and the namespace. Mounts made inside the nodes' mount namespaces go with them.
+stop_pids() { # stop_pids SECONDS PID...
+  local t=$1; shift
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for _ in $(seq $((t * 10))); do
+    local alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive -eq 0 ] && return 0
+    sleep 0.1
+  done
+  kill -KILL "$@" 2>/dev/null || true
+}
+cgroup_pids() { # every PID in the node's cgroup tree
+  local root=/sys/fs/cgroup/pids/$1
+  [ -d "$root" ] && find "$root" -name cgroup.procs -exec cat {} + 2>/dev/null || true
+}
+mntns_pids() { # every PID in the mount namespace of PID $1 (the holder)
+  local want p
+  want=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) || return 0
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "$want" ] && echo "${p#/proc/}"
+  done
+  return 0
+}
+teardown() {
+  set +e
+  trap - EXIT INT TERM
+  log "tearing down"
+  [ -n "${KEEP_SLEEP:-}" ] && kill "$KEEP_SLEEP" 2>/dev/null
+  local n
+  for n in "${!HOLDER[@]}"; do
+    [ -n "${KUBELET[$n]:-}" ] && stop_pids 10 "${KUBELET[$n]}"
+    # Pods: TERM then KILL everything in the node's cgroups (pause, demo, exec'd).
+    stop_pids 3 $(cgroup_pids "lzo-rn-$ID-$n")
+    # containerd and its shims share the node's mount namespace with the holder.
+    [ -n "${CONTAINERD[$n]:-}" ] && stop_pids 10 "${CONTAINERD[$n]}"
+    stop_pids 3 $(mntns_pids "${HOLDER[$n]}" | grep -vx "${HOLDER[$n]}")
+    stop_pids 3 "${HOLDER[$n]}"
+    local c
+    for c in /sys/fs/cgroup/*/"lzo-rn-$ID-$n"; do
+      [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null
+    done
+  done
+  # Control plane, newest first.
+  local i
+  for ((i = ${#CP_PIDS[@]} - 1; i >= 0; i--)); do stop_pids 10 "${CP_PIDS[$i]}"; done
+  if [ -n "${NS_CREATED:-}" ] && [ -e "/run/netns/$NS" ]; then
+    stop_pids 3 $(ip netns pids "$NS" 2>/dev/null)
+    ip netns del "$NS"
+  fi
+  if [ "$KEEP" = 1 ] || [ "${KEEP_WORK:-0}" = 1 ] || [ -n "${WORK_DIR:-}" ]; then
+    log "kept $W (logs in $W/logs)"
+  else
+    rm -rf "$W"
+  fi
+  log "down"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- network namespace
+log "network namespace $NS, work dir $W"
+ip netns add "$NS" || { NS=""; die "could not create the network namespace"; }
+NS_CREATED=1
+ip -n "$NS" link set lo up
+# The pod bridge, as the CNI bridge plugin would create it (same name, same gateway
+# address), made up front so the API server can advertise and serve on it before the
+# first pod; the plugin then only attaches veths. isGateway, no ipMasq, no route out.
+ip -n "$NS" link add cni0 type bridge
+ip -n "$NS" addr add "$APISERVER_IP/16" dev cni0
+ip -n "$NS" link set cni0 up
+# Service addresses are reached through the bridge (kube-proxy or the DNAT rule below
+# rewrite them); without a route the namespace itself (kubelets, hostNetwork pods)
+# could not even try. Still nothing off the machine: the namespace has no other route.
+ip -n "$NS" route add 10.96.0.0/16 dev cni0
+# The nodes' own addresses: the kubelet refuses a 127/8 node IP, and this kernel has no
+# dummy interfaces, so 10.89.0.1-3/32 go on the namespace's lo. The API server reaches
+# each kubelet there; pods reach them through their default route to the bridge.
+for ((i = 0; i < NODES; i++)); do ip -n "$NS" addr add "10.89.0.$((i + 1))/32" dev lo; done
+# Pods reach the API server at the kubernetes Service address, as in-cluster clients
+# do. Without kube-proxy, one DNAT rule inside the namespace stands in for it.
+SVC_DNAT=0
+if [ "$KUBE_PROXY" = 1 ]; then
+  SVC_DNAT=1
+elif ip netns exec "$NS" iptables -t nat -A PREROUTING -d 10.96.0.1/32 -p tcp --dport 443 \
+  -j DNAT --to-destination "$APISERVER_IP:6443" 2>"$W/logs/iptables.log" &&
+  ip netns exec "$NS" iptables -t nat -A OUTPUT -d 10.96.0.1/32 -p tcp --dport 443 \
+    -j DNAT --to-destination "$APISERVER_IP:6443" 2>>"$W/logs/iptables.log"; then
+  SVC_DNAT=1
+else
+  SVC_DNAT=0
+  log "no iptables in the namespace ($(head -c 200 "$W/logs/iptables.log")): pods cannot use 10.96.0.1"
+fi
+
+# ---------------------------------------------------------------- control plane
+start_cp() { # start_cp NAME PROGRAM ARGS...
+  local name=$1; shift
+  setsid nsenter --net="/run/netns/$NS" "$@" </dev/null >"$W/logs/$name.log" 2>&1 &
+  CP_PIDS+=($!)
+  CP_NAMES+=("$name")
+}
+openssl genrsa -out "$W/cp/sa.key" 2048 2>/dev/null
+{
+  echo "$ADMIN_TOKEN,real-node-admin,real-node-admin,system:masters"
+  # The built-in binding system:node-proxier names this user.
+  echo "kube-proxy-token-$ID,system:kube-proxy,system:kube-proxy,"
+  for ((i = 0; i < NODES; i++)); do
+    n=${NODE_NAMES[$i]}
+    echo "node-token-$ID-$n,system:node:$n,system:node:$n,system:nodes"
+  done
+} >"$W/cp/tokens.csv"
+kubeconfig() { # kubeconfig FILE USER TOKEN [SERVER]
+  cat >"$1" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: real-node
+  cluster:
+    server: ${4:-$API}
+    certificate-authority: $W/cp/certs/apiserver.crt
+users:
+- name: $2
+  user:
+    token: $3
+contexts:
+- name: real-node
+  context:
+    cluster: real-node
+    user: $2
+current-context: real-node
+KC
+}
+log "starting etcd and kube-apiserver"
+t0=$(date +%s.%N)
+start_cp etcd etcd --data-dir="$W/cp/etcd" \
+  --listen-client-urls=http://127.0.0.1:2379 --advertise-client-urls=http://127.0.0.1:2379 \
+  --listen-peer-urls=http://127.0.0.1:2380 --initial-advertise-peer-urls=http://127.0.0.1:2380 \
+  --initial-cluster=default=http://127.0.0.1:2380 --log-level=warn
+# As tests/support/harness.rs (also the node lifecycle timing below: a node is
+# NotReady 8 s after its last heartbeat, so the kubelets renew their lease every 2 s),
+# except: it serves on the bridge address as well as
+# loopback (pods and kubelets use $API), and it reaches kubelets by their InternalIP
+# (the node name does not resolve).
+start_cp kube-apiserver "$BIN/kube-apiserver" \
+  --etcd-servers=http://127.0.0.1:2379 --bind-address=0.0.0.0 --advertise-address="$APISERVER_IP" \
+  --secure-port=6443 --insecure-port=0 --cert-dir="$W/cp/certs" \
+  --token-auth-file="$W/cp/tokens.csv" --authorization-mode=RBAC \
+  --service-account-key-file="$W/cp/sa.key" --service-account-signing-key-file="$W/cp/sa.key" \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-cluster-ip-range=10.96.0.0/16 --allow-privileged=true \
+  --default-not-ready-toleration-seconds=10 --default-unreachable-toleration-seconds=10 \
+  --kubelet-preferred-address-types=InternalIP --v=1 \
+  ${AGGREGATOR_ROUTING:+--enable-aggregator-routing="$AGGREGATOR_ROUTING"}
+for _ in $(seq 180); do
+  [ -s "$W/cp/certs/apiserver.crt" ] &&
+    [ "$(nsenter --net="/run/netns/$NS" curl -s -o /dev/null -w '%{http_code}' \
+      --cacert "$W/cp/certs/apiserver.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$API/readyz")" = 200 ] && break
+  sleep 0.5
+done
+kubeconfig "$KC" real-node-admin "$ADMIN_TOKEN"
+kubectl get --raw /readyz >/dev/null || die "kube-apiserver not ready; see $W/logs/kube-apiserver.log"
+log "kube-apiserver ready after $(echo "$(date +%s.%N) - $t0" | bc)s"
+# For clients outside the namespace (a test process, the operator under test): a
+# forwarder on the host's loopback whose every connection is relayed into the
+# namespace. The serving certificate names localhost (not 127.0.0.1).
+if [ "${API_FORWARD:-1}" = 1 ]; then
+  fwd_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  setsid socat "TCP-LISTEN:$fwd_port,bind=127.0.0.1,reuseaddr,fork" \
+    EXEC:"nsenter --net=/run/netns/$NS socat STDIO TCP\:$APISERVER_IP\:6443" \
+    </dev/null >"$W/logs/api-forward.log" 2>&1 &
+  CP_PIDS+=($!)
+  CP_NAMES+=(api-forward)
+  kubeconfig "$W/cp/host.kubeconfig" real-node-admin "$ADMIN_TOKEN" "https://localhost:$fwd_port"
+  log "API server also at https://localhost:$fwd_port from the host ($W/cp/host.kubeconfig)"
+fi
+start_cp kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KC" \
+  --leader-elect=false --port=0 --secure-port=0 \
+  --node-monitor-period=1s --node-monitor-grace-period=8s --node-startup-grace-period=10s \
+  --node-eviction-rate=100 --concurrent-statefulset-syncs=10 \
+  --service-account-private-key-file="$W/cp/sa.key" --root-ca-file="$W/cp/certs/apiserver.crt" \
+  --use-service-account-credentials=false --v=1
+start_cp kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KC" --leader-elect=false \
+  --port=0 --secure-port=0 --v=1
+# RBAC only (as the harness): the kubelets' users, system:node:<name> in the group
+# system:nodes, get the built-in system:node role.
+kubectl create clusterrolebinding real-node-kubelets --clusterrole=system:node \
+  --group=system:nodes >/dev/null
+# One kube-proxy for all nodes: they share the network namespace, hence the iptables
+# rules. It must not touch the machine-wide conntrack settings (nf_conntrack_max is not
+# per namespace): every conntrack flag is 0, "leave as is". No --cluster-cidr, so it
+# masquerades nothing; replies between pods on the bridge go through conntrack because
+# bridge-nf-call-iptables is on in the namespace.
+if [ "$KUBE_PROXY" = 1 ]; then
+  kubeconfig "$W/cp/kube-proxy.kubeconfig" system:kube-proxy "kube-proxy-token-$ID"
+  start_cp kube-proxy "$BIN/kube-proxy" --kubeconfig="$W/cp/kube-proxy.kubeconfig" \
+    --hostname-override=node-a --proxy-mode=iptables --oom-score-adj=0 \
+    --conntrack-max-per-core=0 --conntrack-min=0 \
+    --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
+    --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 --v=1
+fi
+
+# ---------------------------------------------------------------- images
+log "building the pause and demo images"
+"$here/images/make-images.sh" "$W/images" >"$W/logs/images.log"
+
+# ---------------------------------------------------------------- nodes
+# Kernel tunables the kubelet sets at start (or, with --protect-kernel-defaults, insists
+# on). They are global, not per network namespace: masked in the node's mount namespace
+# with files holding the expected value, so the kubelet neither changes the host nor
+# refuses to start.
+KUBELET_SYSCTLS=(vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1
+  kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000)
+
+in_node() { local n=$1; shift; nsenter -t "${HOLDER[$n]}" -m -n "$@"; }
+
+start_node() { # start_node INDEX
+  local i=$1 n=${NODE_NAMES[$1]} zone=zone-${NODE_NAMES[$1]#node-}
+  local d="$W/nodes/$n" ip="10.89.0.$((i + 1))" cg="lzo-rn-$ID-$n"
+  mkdir -p "$d"/{run,lib,log,cni,sysctl}
+  # The node's mount namespace: `ip netns exec` makes one (a slave of the host's, with
+  # /sys remounted for the network namespace); this sleep holds it.
+  setsid ip netns exec "$NS" sleep infinity </dev/null >/dev/null 2>&1 &
+  HOLDER[$n]=$!
+  sleep 0.2
+  # That new /sys has lost the cgroup mounts under it: mount the same hierarchies again
+  # (mounting a v1 hierarchy with the same controllers attaches to the existing one).
+  in_node "$n" mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
+  local dev mnt type opts _rest
+  while read -r dev mnt type opts _rest; do
+    case "$type" in cgroup | cgroup2) ;; *) continue ;; esac
+    in_node "$n" mkdir -p "$mnt"
+    in_node "$n" mount -t "$type" -o "$opts" "$dev" "$mnt"
+  done </proc/self/mounts
+  in_node "$n" mount --bind "$d/run" /run
+  in_node "$n" mount --bind "$d/lib" /var/lib
+  in_node "$n" mount --bind "$d/log" /var/log
+  local kv key
+  for kv in "${KUBELET_SYSCTLS[@]}"; do
+    key=${kv%%=*}
+    if [ "$(cat "/proc/sys/$key")" != "${kv#*=}" ]; then
+      echo "${kv#*=}" >"$d/sysctl/${key//\//.}"
+      in_node "$n" mount --bind "$d/sysctl/${key//\//.}" "/proc/sys/$key"
+    fi
+  done
+  # The node's cgroup root, in every v1 hierarchy (cpuset needs cpus and mems first).
+  local c
+  for c in /sys/fs/cgroup/*/; do
+    [ "$(basename "$c")" = unified ] && continue
+    mkdir -p "$c$cg"
+  done
+  cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$cg/cpuset.cpus"
+  cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$cg/cpuset.mems"
+
+  # CNI: one bridge for all nodes; each node's host-local range is its own /24 of the
+  # /16, leases in the node's private /var/lib/cni.
+  sed -e "s/@RANGE_START@/10.88.$((i + 1)).2/" -e "s/@RANGE_END@/10.88.$((i + 1)).254/" \
+    "$here/cni.conflist.in" >"$d/cni/10-lzo-pods.conflist"
+  sed -e "s#@CNI_CONF_DIR@#$d/cni#" -e "s/@RESTRICT_OOM@/$RESTRICT_OOM/" \
+    -e "s/@LOG_LEVEL@/${CONTAINERD_LOG_LEVEL:-info}/" \
+    "$here/containerd.toml.in" >"$d/containerd.toml"
+  setsid nsenter -t "${HOLDER[$n]}" -m -n containerd --config "$d/containerd.toml" \
+    </dev/null >"$W/logs/containerd-$n.log" 2>&1 &
+  CONTAINERD[$n]=$!
+  for _ in $(seq 100); do
+    in_node "$n" ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  local img
+  for img in "$W/images/pause.tar" "$W/images/demo.tar" ${OPERATOR_IMAGE:+"$OPERATOR_IMAGE"} \
+    ${EXTRA_IMAGES[@]+"${EXTRA_IMAGES[@]}"}; do
+    in_node "$n" ctr --address /run/containerd/containerd.sock -n k8s.io images import \
+      "$img" >>"$W/logs/images.log"
+  done
+
+  kubeconfig "$d/kubelet.kubeconfig" "system:node:$n" "node-token-$ID-$n"
+  echo "nameserver $APISERVER_IP" >"$d/resolv.conf"
+  # Serving on its own address, anonymous and AlwaysAllow: only the API server (and
+  # anything else inside this network namespace) can reach it. The root dir stays
+  # /var/lib/kubelet, which is the node's own directory.
+  cat >"$d/kubelet.yaml" <<KCFG
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $ip
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: $ip
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+cgroupRoot: /$cg
+failSwapOn: false
+# Checks the kernel tunables instead of setting them; they are masked above.
+protectKernelDefaults: true
+# Not -999: without CAP_SYS_RESOURCE nothing here may go below 0.
+oomScoreAdj: 0
+makeIPTablesUtilChains: false
+# The machine's disk is ~80% full: the default thresholds (10%, 15%) would put the
+# node under DiskPressure at once.
+evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+resolvConf: $d/resolv.conf
+maxPods: 20
+serializeImagePulls: false
+runtimeRequestTimeout: 2m
+# The harness's controller manager calls a node lost 8 s after its last heartbeat.
+nodeLeaseDurationSeconds: 8
+nodeStatusUpdateFrequency: 2s
+volumePluginDir: /var/lib/kubelet/volumeplugins
+KCFG
+  setsid nsenter -t "${HOLDER[$n]}" -m -n "$BIN/kubelet" --config="$d/kubelet.yaml" \
+    --kubeconfig="$d/kubelet.kubeconfig" --hostname-override="$n" --node-ip="$ip" \
+    --container-runtime=remote --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
+    --node-labels="topology.kubernetes.io/zone=$zone" --v="${KUBELET_V:-1}" \
+    </dev/null >"$W/logs/kubelet-$n.log" 2>&1 &
+  KUBELET[$n]=$!
+  log "$n ($zone, $ip): containerd ${CONTAINERD[$n]}, kubelet ${KUBELET[$n]}"
+}
+
+t_nodes=$(date +%s.%N)
+for ((i = 0; i < NODES; i++)); do start_node "$i"; done
+names=("${NODE_NAMES[@]:0:$NODES}")
+for _ in $(seq 240); do
+  ready=$(kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c '=True' || true)
+  [ "$ready" -ge "$NODES" ] && break
+  for n in "${names[@]}"; do
+    kill -0 "${KUBELET[$n]}" 2>/dev/null || die "kubelet of $n exited: $(grep -m1 -E '^F[0-9]{4}' "$W/logs/kubelet-$n.log")"
+    kill -0 "${CONTAINERD[$n]}" 2>/dev/null || die "containerd of $n exited; see $W/logs/containerd-$n.log"
+  done
+  sleep 0.5
+done
+kubectl get nodes -L topology.kubernetes.io/zone -o wide
+[ "$ready" -ge "$NODES" ] || die "only $ready of $NODES nodes Ready; see $W/logs/kubelet-*.log"
+log "$NODES node(s) Ready $(echo "$(date +%s.%N) - $t_nodes" | bc)s after the first containerd started"
+for _ in $(seq 60); do kubectl get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
