@@ -20,6 +20,13 @@ use crate::reconcile::{error_policy, reconcile, Context};
 
 /// Changes to one stack within this long are reconciled once.
 const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Stacks reconciled at once. Unbounded, hundreds of new stacks (or every stack at the
+/// start of a term) were reconciled together, each with up to `APPLY_IN_FLIGHT` applies:
+/// the API server answered 429, and the leader's own Lease renewals were refused with
+/// them (at 400 stacks the leader lost its Lease 25 times on the way to Ready, and each
+/// new term triggered every stack again). 16 stacks keep at most 128 applies in flight,
+/// under the API server's default limit of 200 mutating requests.
+const RECONCILE_CONCURRENCY: u16 = 16;
 
 /// Runs until `stopping` resolves (then lets the reconciles under way finish) or the
 /// task is aborted.
@@ -38,7 +45,11 @@ pub async fn run(
     // No stream of its own: the store is filled by the caches, which outlive the term.
     let none = futures::stream::pending::<Result<DynamicObject, watcher::Error>>();
     Controller::for_stream_with(none, store, stacks::resource())
-        .with_config(controller::Config::default().debounce(DEBOUNCE))
+        .with_config(
+            controller::Config::default()
+                .debounce(DEBOUNCE)
+                .concurrency(RECONCILE_CONCURRENCY),
+        )
         .reconcile_on(triggers)
         .graceful_shutdown_on(stopping)
         .run(reconcile, error_policy, ctx)
