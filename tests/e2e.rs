@@ -1081,9 +1081,13 @@ async fn storage_secret_errors_are_reported_and_fixing_the_secret_applies(
         )
         .await?;
     wait_condition(env, ns, "s", "Ready", Some("ReadyComponents")).await?;
+    annotating_the_stack_rereads_its_secret(env, ns).await
+}
 
-    // Nothing waits on the Secret now, so it is polled every couple of minutes; an
-    // annotation of the stack has it read again at once.
+/// Nothing waits on the Secret of the running stack "s" in `ns` any more, so it is polled
+/// every couple of minutes; an annotation of the stack has it read again at once.
+async fn annotating_the_stack_rereads_its_secret(env: &Env, ns: &str) -> Result<()> {
+    let secrets: Api<Secret> = Api::namespaced(env.admin.clone(), ns);
     secrets
         .patch(
             "later",
