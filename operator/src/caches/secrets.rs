@@ -275,6 +275,9 @@ impl SecretReader {
         e.read_at + schedule.period(key, urgent)
     }
 
+    /// The Secrets to read now. One never read is not due: the reconcile of a stack
+    /// naming it reads it first (`ensure_for`), and every stack is reconciled when a term
+    /// starts or the stack appears; reading it here too would read it twice.
     fn due(&self, named: &HashMap<Key, Named>, schedule: Schedule) -> Vec<Key> {
         let now = Instant::now();
         let st = self.lock_state();
@@ -283,7 +286,7 @@ impl SecretReader {
             .filter(|(k, n)| {
                 st.entries
                     .get(*k)
-                    .is_none_or(|e| Self::due_at(e, k, n, schedule) <= now)
+                    .is_some_and(|e| Self::due_at(e, k, n, schedule) <= now)
             })
             .map(|(k, _)| k.clone())
             .collect()
@@ -522,11 +525,22 @@ mod tests {
         assert_eq!(rerun, ["a/one", "a/two"]);
         assert_eq!(server.gets(), 4);
 
-        // A new term reads it again, once.
+        // A new term reads it again, once, before the reconciles: not also in the first
+        // tick of the term.
         reader.new_term();
         reader.ensure_for(&one).await;
+        reader.tick(&stacks, &tx, Schedule::new(EVERY)).await;
         reader.ensure_for(&two).await;
         assert_eq!(server.gets(), 5);
+
+        // A replica that never read it (a standby's first term): its first tick leaves
+        // it to the reconciles, which read it once.
+        let standby = SecretReader::new(server.client());
+        standby.new_term();
+        standby.tick(&stacks, &tx, Schedule::new(EVERY)).await;
+        standby.ensure_for(&one).await;
+        standby.ensure_for(&two).await;
+        assert_eq!(server.gets(), 6);
     }
 
     #[tokio::test(start_paused = true)]
