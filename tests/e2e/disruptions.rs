@@ -177,7 +177,10 @@ pub(super) async fn evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass(
     );
 
     // 1. A whole zone may go; an eviction in a second zone meanwhile is refused, with a
-    //    429 (retry) naming the disrupted zone.
+    //    429 (retry) naming the disrupted zone. Zone-a is cordoned first, as `kubectl
+    //    drain` does: otherwise a simulated ingester (Ready the instant it is bound) can be
+    //    back before the second eviction, and zone-a whole again.
+    cordon(env, "zone-a").await?;
     ensure!(
         evict_once_decided(env, &a[0]).await? == Ok(()),
         "evicting {} refused",
@@ -196,6 +199,7 @@ pub(super) async fn evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass(
         evict(env, &a[1]).await? == Ok(()),
         "the rest of zone-a refused"
     );
+    uncordon(env, "zone-a").await?;
     all_ready(env).await?;
 
     // 2. `kubectl drain` of every node of zone-b succeeds in one pass; a drain of zone-c
@@ -242,9 +246,18 @@ async fn drain(env: &Env, zone: &str, timeout: &str) -> Result<String> {
     kubectl(env, &args)
 }
 
+async fn cordon(env: &Env, zone: &str) -> Result<()> {
+    cordoning(env, zone, "cordon").await
+}
+
 async fn uncordon(env: &Env, zone: &str) -> Result<()> {
+    cordoning(env, zone, "uncordon").await
+}
+
+/// `kubectl cordon` or `uncordon` of every node of `zone`.
+async fn cordoning(env: &Env, zone: &str, verb: &str) -> Result<()> {
     let nodes = env.sim.nodes_in_zone(zone).await?;
-    let mut args = vec!["uncordon"];
+    let mut args = vec![verb];
     args.extend(nodes.iter().map(String::as_str));
     kubectl(env, &args).map(|_| ())
 }
