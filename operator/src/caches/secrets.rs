@@ -48,8 +48,8 @@ enum Seen {
         resource_version: String,
     },
     Absent,
-    /// Never read successfully (no rights, API server down).
-    Failed,
+    /// Never read successfully (no rights, API server down): why.
+    Failed(String),
 }
 
 /// One named Secret: what was seen, when, and what is still to be done about it.
@@ -57,8 +57,9 @@ enum Seen {
 struct Entry {
     seen: Seen,
     read_at: Instant,
-    /// The last read failed: what was stored before stays, and it is read again soon.
-    failed: bool,
+    /// Why the last read failed, if it did: what was stored before stays, and it is
+    /// read again soon.
+    failed: Option<String>,
     /// Read by a term that no longer leads: read again before this term relies on it.
     stale: bool,
     /// Changed when read for one stack's reconcile: the other stacks naming it still
@@ -210,6 +211,17 @@ impl SecretReader {
         self.lock_state().stacks.insert(stack_key, fp);
     }
 
+    /// Why the Secret `name` in `ns` could not be read, while no copy of it is stored:
+    /// the stack's status says so, rather than calling it missing.
+    pub fn unreadable(&self, ns: &str, name: &str) -> Option<String> {
+        let st = self.lock_state();
+        let e = st.entries.get(&(ns.to_string(), name.to_string()))?;
+        match &e.seen {
+            Seen::Present { .. } => None,
+            _ => e.failed.clone(),
+        }
+    }
+
     /// A new term begins: every Secret read before may have changed while this replica
     /// did not lead, so each is read again before the first reconcile relying on it.
     pub fn new_term(&self) {
@@ -271,7 +283,7 @@ impl SecretReader {
         if e.unannounced {
             return e.read_at;
         }
-        let urgent = n.waited_on || e.failed || !matches!(e.seen, Seen::Present { .. });
+        let urgent = n.waited_on || e.failed.is_some() || !matches!(e.seen, Seen::Present { .. });
         e.read_at + schedule.period(key, urgent)
     }
 
@@ -312,17 +324,21 @@ impl SecretReader {
         let before = st.entries.get(key).cloned();
         let read_at = Instant::now();
         let entry = match (now, before) {
-            (Seen::Failed, Some(b)) => Entry {
+            (Seen::Failed(why), Some(b)) => Entry {
                 read_at,
-                failed: true,
+                failed: Some(why),
                 ..b
             },
             (seen, b) => {
                 let changed = b.as_ref().is_some_and(|b| b.seen != seen);
+                let failed = match &seen {
+                    Seen::Failed(why) => Some(why.clone()),
+                    _ => None,
+                };
                 let e = Entry {
                     seen,
                     read_at,
-                    failed: false,
+                    failed,
                     stale: false,
                     unannounced: changed || b.is_some_and(|b| b.unannounced),
                 };
@@ -351,7 +367,7 @@ impl SecretReader {
             }
             Err(e) => {
                 warn!(namespace = %ns, secret = %name, error = %e, "cannot read the storage Secret; trying again shortly");
-                Seen::Failed
+                Seen::Failed(e.to_string())
             }
         }
     }
@@ -400,6 +416,8 @@ mod tests {
     #[derive(Clone, Default)]
     struct FakeServer {
         secrets: Arc<Mutex<HashMap<Key, (String, serde_json::Value)>>>,
+        /// Namespaces whose Secrets this client may not get (403).
+        forbidden: Arc<Mutex<Vec<String>>>,
         gets: Arc<Mutex<Vec<String>>>,
     }
 
@@ -422,7 +440,12 @@ mod tests {
             let parts: Vec<&str> = path.split('/').collect();
             let key = (parts[4].to_string(), parts[6].to_string());
             let found = self.secrets.lock().expect("secrets").get(&key).cloned();
+            let forbidden = self.forbidden.lock().expect("forbidden").contains(&key.0);
             let (status, body) = match found {
+                _ if forbidden => (
+                    StatusCode::FORBIDDEN,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403, "message": "secrets is forbidden"}),
+                ),
                 Some((rv, data)) => (
                     StatusCode::OK,
                     json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": key.1, "namespace": key.0, "resourceVersion": rv}, "data": data}),
@@ -585,6 +608,29 @@ mod tests {
         tokio::time::advance(EVERY.mul_f64(1.25)).await;
         reader.tick(&stacks, &tx, schedule).await;
         assert_eq!(drain(&mut rx), ["a/s7"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_secret_that_cannot_be_read_says_why_until_it_can() {
+        let server = FakeServer::default();
+        server.put("d", "s3", "1");
+        server.forbidden.lock().expect("forbidden").push("d".into());
+        let reader = SecretReader::new(server.client());
+        let one = stack("d", "one", "s3");
+        let (_w, stacks) = stacks_of(&[&one]);
+        let tx = Tap::default();
+        let mut rx = tx.attach();
+        reader.ensure_for(&one).await;
+        let why = reader.unreadable("d", "s3").expect("unreadable");
+        assert!(why.contains("forbidden"), "{why}");
+
+        // Granted: read at the next 10 s poll, the stack re-run, and no reason left.
+        server.forbidden.lock().expect("forbidden").clear();
+        tokio::time::advance(WAITING_POLL).await;
+        reader.tick(&stacks, &tx, Schedule::new(EVERY)).await;
+        assert_eq!(drain(&mut rx), ["d/one"]);
+        assert_eq!(reader.unreadable("d", "s3"), None);
+        assert!(stored(&reader, "d", "s3").is_some());
     }
 
     #[tokio::test(start_paused = true)]

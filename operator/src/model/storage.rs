@@ -432,6 +432,12 @@ pub enum StorageSecretError {
         type_: &'static str,
         keys: String,
     },
+    #[error("storage secret {name:?} in namespace {namespace:?} cannot be read: {error}; the operator needs get on Secrets in this namespace (in the namespaced mode, the Role of manifests/watched-namespace), and tries again every 10 s")]
+    Unreadable {
+        name: String,
+        namespace: String,
+        error: String,
+    },
     #[error("storage secret {name:?} lacks keys required for type {type_}: {missing} (present: {present})")]
     InvalidKeys {
         name: String,
@@ -451,7 +457,10 @@ impl StorageSecretError {
     /// The Degraded condition's reason, as the Go Loki Operator names it.
     pub fn reason(&self) -> Reason {
         match self {
-            StorageSecretError::Missing { .. } => Reason::MissingObjectStorageSecret,
+            // The Go operator's reason for a Secret it cannot get; the message says why.
+            StorageSecretError::Missing { .. } | StorageSecretError::Unreadable { .. } => {
+                Reason::MissingObjectStorageSecret
+            }
             StorageSecretError::InvalidKeys { .. } | StorageSecretError::InvalidValue { .. } => {
                 Reason::InvalidObjectStorageSecret
             }

@@ -38,6 +38,8 @@ pub struct Snapshot {
     pub uid: String,
     /// The object storage Secret, with key names only.
     pub secret: Option<Arc<Secret>>,
+    /// Why the storage Secret could not be read, when no copy of it is held.
+    pub secret_unreadable: Option<String>,
     /// The key names of the CA ConfigMap `spec.storage.tls` names: `None` when it does
     /// not exist or the stack sets no CA (see [`storage_ca_keys`]).
     pub storage_ca_keys: Option<BTreeSet<String>>,
@@ -105,6 +107,11 @@ impl Snapshot {
         let secret = caches
             .secrets
             .get(&ObjectRef::new(&stack.spec.storage.secret.name).within(&namespace));
+        let secret_unreadable = secret.is_none().then(|| {
+            caches
+                .secret_reader
+                .unreadable(&namespace, &stack.spec.storage.secret.name)
+        });
         let storage_class = match stack.spec.storage_class_name.as_deref() {
             Some(name) => caches.storage_classes.get(&ObjectRef::new(name)),
             None => caches
@@ -138,6 +145,7 @@ impl Snapshot {
             name,
             uid,
             secret,
+            secret_unreadable: secret_unreadable.flatten(),
             // Read apart by `storage_ca_keys`: ConfigMaps are not cached.
             storage_ca_keys: None,
             storage_class,

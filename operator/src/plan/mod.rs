@@ -119,6 +119,13 @@ fn secret_params(
     snapshot: &Snapshot,
 ) -> Result<StoreParams, StorageSecretError> {
     let spec = &stack.spec.storage.secret;
+    if let (None, Some(error)) = (&snapshot.secret, &snapshot.secret_unreadable) {
+        return Err(StorageSecretError::Unreadable {
+            name: spec.name.clone(),
+            namespace: snapshot.namespace.clone(),
+            error: error.clone(),
+        });
+    }
     storage::secret_params(
         spec.type_,
         &spec.name,
@@ -440,6 +447,23 @@ mod tests {
             p.findings.hold_back().map(|d| d.0),
             Some(Reason::MissingObjectStorageSecret)
         );
+    }
+
+    #[test]
+    fn a_secret_the_operator_cannot_read_is_named_with_why_not_called_missing() {
+        let s = stack("s", stack_spec(LokiStackSize::Demo));
+        let mut snap = snapshot_for(&s);
+        snap.secret = None;
+        snap.secret_unreadable = Some("secrets \"s3\" is forbidden".into());
+        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        assert!(matches!(p.action, Action::HoldBack));
+        let (reason, message) = p.findings.hold_back().expect("held back");
+        assert_eq!(reason, Reason::MissingObjectStorageSecret);
+        assert!(
+            message.contains("cannot be read: secrets \"s3\" is forbidden"),
+            "{message}"
+        );
+        assert!(message.contains("get on Secrets"), "{message}");
     }
 
     #[test]
