@@ -75,19 +75,19 @@ run: build ## Run the operator against the cluster of the current KUBECONFIG
 	$(BIN) run --leader-elect=false
 
 .PHONY: manifests
-manifests: build ## Regenerate the CRD in manifests/crd from the Rust API types
-	$(BIN) crd > manifests/crd/loki.grafana.com_lokistacks.yaml
+manifests: build ## Regenerate the CRDs in manifests/crd from the Rust API types
+	$(BIN) crd --out-dir manifests/crd
 
 .PHONY: install
-install: build ## Install the CRD into the current cluster
+install: build ## Install the CRDs into the current cluster
 	BIN=$(BIN) bash hack/deploy.sh install
 
 .PHONY: uninstall
-uninstall: ## Remove the CRD (and with it every LokiStack) from the current cluster
+uninstall: ## Remove the CRDs (and with them every LokiStack and rule) from the current cluster
 	bash hack/deploy.sh uninstall
 
 .PHONY: replace-crd
-replace-crd: build ## Replace the Go Loki Operator's LokiStack CRD with ours, keeping every stack (docs/migrate.md)
+replace-crd: build ## Replace the Go Loki Operator's CRDs with ours, keeping every stack and rule (docs/migrate.md)
 	BIN=$(BIN) bash hack/deploy.sh replace-crd
 
 .PHONY: deploy

@@ -31,6 +31,7 @@ required_server_version() {
   echo "$version"
 }
 
+# Every CRD (LokiStack, AlertingRule, RecordingRule, RulerConfig) as one stream.
 crd() {
   "$BIN" crd --kube-version "$1"
 }
@@ -84,12 +85,16 @@ operator_manifests() {
 # `kubectl wait --for condition=established` fails at once ("accessor error") when it
 # reads a just-created CRD before the server has written its status: poll instead.
 wait_established() {
-  local crd=customresourcedefinition/lokistacks.loki.grafana.com i
+  local crd i pending
   for i in $(seq 120); do
-    [ "$($KUBECTL get "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] && return 0
+    pending=
+    for crd in lokistacks alertingrules recordingrules rulerconfigs; do
+      [ "$($KUBECTL get "customresourcedefinition/$crd.loki.grafana.com" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ] || pending=$crd
+    done
+    [ -z "$pending" ] && return 0
     sleep 0.5
   done
-  echo "the LokiStack CRD was not established within 60s" >&2
+  echo "the CRD $pending.loki.grafana.com was not established within 60s" >&2
   return 1
 }
 
@@ -100,10 +105,22 @@ case "$action" in
   replace-crd)
     # Migration from the Go Loki Operator (docs/migrate.md): a replace takes over the
     # whole CRD, its conversion webhook setting included, which an apply would leave.
-    crd "$(required_server_version)" | $KUBECTL replace -f -
+    # A CRD the Go operator did not install is created.
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    "$BIN" crd --kube-version "$(required_server_version)" --out-dir "$dir"
+    for f in "$dir"/*.yaml; do
+      name=$(sed -n 's/^  name: //p' "$f" | head -n 1)
+      if $KUBECTL get customresourcedefinition "$name" >/dev/null 2>&1; then
+        $KUBECTL replace -f "$f"
+      else
+        $KUBECTL create -f "$f"
+      fi
+    done
     ;;
   uninstall)
-    $KUBECTL delete --ignore-not-found customresourcedefinition lokistacks.loki.grafana.com
+    $KUBECTL delete --ignore-not-found customresourcedefinition lokistacks.loki.grafana.com \
+      alertingrules.loki.grafana.com recordingrules.loki.grafana.com rulerconfigs.loki.grafana.com
     ;;
   deploy)
     version=$(required_server_version)

@@ -96,7 +96,92 @@ SUPPLEMENTS = {
             "query_tags": {"map": {"type": "string"}},
         }
     },
+    # vendor/github.com/prometheus/prometheus/model/relabel/relabel.go: type Config
+    # (ruler.alert_relabel_configs, a remote-write client's write_relabel_configs).
+    "relabel_config": {
+        "fields": {
+            "source_labels": {"list": {"type": "string"}},
+            "separator": {"type": "string"},
+            "regex": {"type": "string"},
+            "modulus": {"type": "int"},
+            "target_label": {"type": "string"},
+            "replacement": {"type": "string"},
+            "action": {"type": "string"},
+        }
+    },
+    # vendor/github.com/prometheus/prometheus/config/config.go: type RemoteWriteConfig
+    # (ruler.remote_write.clients), with the inline HTTPClientConfig and ProxyConfig of
+    # vendor/github.com/prometheus/common/config/http_config.go; the keys the operator
+    # renders and their neighbours, not the cloud authentications.
+    "RemoteWriteConfig": {
+        "fields": {
+            "url": {"type": "url"},
+            "remote_timeout": {"type": "duration"},
+            "headers": {"map": {"type": "string"}},
+            "write_relabel_configs": {"list": {"ref": "relabel_config"}},
+            "name": {"type": "string"},
+            "send_exemplars": {"type": "boolean"},
+            "send_native_histograms": {"type": "boolean"},
+            "round_robin_dns": {"type": "boolean"},
+            "queue_config": {
+                "fields": {
+                    "capacity": {"type": "int"},
+                    "max_shards": {"type": "int"},
+                    "min_shards": {"type": "int"},
+                    "max_samples_per_send": {"type": "int"},
+                    "batch_send_deadline": {"type": "duration"},
+                    "min_backoff": {"type": "duration"},
+                    "max_backoff": {"type": "duration"},
+                    "retry_on_http_429": {"type": "boolean"},
+                    "sample_age_limit": {"type": "duration"},
+                }
+            },
+            "basic_auth": {
+                "fields": {
+                    "username": {"type": "string"},
+                    "username_file": {"type": "string"},
+                    "password": {"type": "string"},
+                    "password_file": {"type": "string"},
+                }
+            },
+            "authorization": {
+                "fields": {
+                    "type": {"type": "string"},
+                    "credentials": {"type": "string"},
+                    "credentials_file": {"type": "string"},
+                }
+            },
+            "bearer_token": {"type": "string"},
+            "bearer_token_file": {"type": "string"},
+            "follow_redirects": {"type": "boolean"},
+            "enable_http2": {"type": "boolean"},
+            "proxy_url": {"type": "url"},
+            "no_proxy": {"type": "string"},
+            "proxy_from_environment": {"type": "boolean"},
+        }
+    },
 }
+
+# Keys the reference leaves out (`doc:"hidden"` in Loki's Go types) or names without a
+# type, that the operator renders: block -> key -> node.
+# - pkg/validation/limits.go: RulerAlertManagerConfig, a tenant's Alertmanager, of type
+#   pkg/ruler/config/alertmanager.go AlertManagerConfig: the `ruler` block's keys of
+#   those names (HIDDEN_FROM_RULER);
+# - pkg/ruler/base/ruler.go: ExternalLabels, a labels.Labels: label name to value.
+HIDDEN = {
+    "limits_config": {"ruler_alertmanager_config": {"ref": "ruler_alertmanager_config"}},
+    "ruler": {"external_labels": {"map": {"type": "string"}}},
+}
+HIDDEN_FROM_RULER = [
+    "alertmanager_url",
+    "enable_alertmanager_discovery",
+    "alertmanager_refresh_interval",
+    "enable_alertmanager_v2",
+    "alert_relabel_configs",
+    "notification_queue_capacity",
+    "notification_timeout",
+    "alertmanager_client",
+]
 
 # The runtime config file: Loki reloads it; `overrides` holds one limits_config block
 # per tenant, `multi_kv_config` the ring store switch (not described, not rendered).
@@ -265,6 +350,10 @@ def derive(text: str, source: str) -> dict:
     names = set(named)
     blocks = {name: parse_block(fence, names, name) for name, fence in sorted(named.items())}
     blocks.update(SUPPLEMENTS)
+    ruler = blocks["ruler"]["fields"]
+    blocks["ruler_alertmanager_config"] = {"fields": {k: ruler[k] for k in HIDDEN_FROM_RULER}}
+    for block, fields in HIDDEN.items():
+        blocks[block]["fields"].update(fields)
     root = parse_block(fences[ROOT_HEADING][-1], names, "<root>")
     for node in [root, RUNTIME, *blocks.values()]:
         for name in refs(node):
@@ -272,7 +361,7 @@ def derive(text: str, source: str) -> dict:
                 raise ReferenceError(f"reference to undescribed block {name!r}")
     return {
         "source": source,
-        "supplements": sorted(SUPPLEMENTS),
+        "supplements": sorted([*SUPPLEMENTS, "ruler_alertmanager_config"]),
         "root": root,
         "runtime": RUNTIME,
         "blocks": blocks,

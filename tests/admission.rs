@@ -123,8 +123,10 @@ async fn run_table(bin: &Path) -> Result<String> {
             Err(e) => failures.push(format!("{}: a valid spec was rejected: {e}", case.name)),
         }
     }
+    let (rule_counts, rule_failures) = rule_table(&client).await?;
+    failures.extend(rule_failures);
     let counts = format!(
-        "{rejected}/{} invalid specs rejected with the field named, {accepted}/{} valid specs accepted",
+        "{rejected}/{} invalid specs rejected with the field named, {accepted}/{} valid specs accepted; {rule_counts}",
         invalid.len(),
         valid.len()
     );
@@ -138,6 +140,209 @@ async fn run_table(bin: &Path) -> Result<String> {
     Ok(format!(
         "admission: ran against apiextensions-apiserver {} (current server, CEL): {counts}",
         version.git_version
+    ))
+}
+
+/// The ruler's kinds against the same server: their CRDs install (within the CEL cost
+/// budget), the samples are accepted, and what the schema can refuse is refused with
+/// the field named (and a CEL rule's message where one breaks).
+async fn rule_table(client: &kube::Client) -> Result<(String, Vec<String>)> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    use serde_json::json;
+    let files = loki_zone_operator::cli::crd_files_for(
+        &loki_zone_operator::render::ServerCapabilities::MODERN,
+    )?;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for (file, yaml) in files.iter().skip(1) {
+        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(yaml)?;
+        api.create(&PostParams::default(), &crd)
+            .await
+            .with_context(|| format!("the API server rejected the CRD of {file}"))?;
+    }
+    let post = |kind: &str, body: Value| {
+        let gvk = GroupVersionKind::gvk("loki.grafana.com", "v1", kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &ar);
+        async move {
+            let obj: DynamicObject =
+                serde_json::from_value(body).map_err(kube::Error::SerdeError)?;
+            api.create(
+                &PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                },
+                &obj,
+            )
+            .await
+            .map(|_| ())
+        }
+    };
+    let sample = |f: &str| -> Result<Value> {
+        Ok(serde_yaml_ng::from_str(&fs::read_to_string(
+            repo_root().join("manifests/samples").join(f),
+        )?)?)
+    };
+    let mut failures = Vec::new();
+    let mut accepted = 0;
+    let samples = [
+        ("AlertingRule", "alertingrule.yaml"),
+        ("RecordingRule", "recordingrule.yaml"),
+        ("RulerConfig", "rulerconfig.yaml"),
+    ];
+    for (kind, f) in samples {
+        // The CRD may take a moment to serve after it is created.
+        let start = Instant::now();
+        loop {
+            match post(kind, sample(f)?).await {
+                Ok(()) => {
+                    accepted += 1;
+                    break;
+                }
+                Err(_) if start.elapsed() < Duration::from_secs(30) => {
+                    tokio::time::sleep(Duration::from_millis(200)).await
+                }
+                Err(e) => {
+                    failures.push(format!("{f}: the sample was rejected: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    let alerting = sample("alertingrule.yaml")?;
+    // `pointer` set to `value`, its last key created if the sample lacks it.
+    let with = |base: &Value, pointer: &str, value: Value| {
+        let mut b = base.clone();
+        let (parent, key) = pointer.rsplit_once('/').unwrap_or(("", pointer));
+        match b.pointer_mut(parent) {
+            Some(Value::Object(o)) => {
+                o.insert(key.to_string(), value);
+            }
+            Some(Value::Array(a)) => {
+                if let Some(slot) = key.parse::<usize>().ok().and_then(|i| a.get_mut(i)) {
+                    *slot = value;
+                }
+            }
+            _ => panic!("{pointer}: no such parent in the sample"),
+        }
+        b
+    };
+    let mut duplicate_groups = alerting.clone();
+    let group = duplicate_groups["spec"]["groups"][0].clone();
+    if let Some(groups) = duplicate_groups["spec"]["groups"].as_array_mut() {
+        groups.push(group);
+    }
+    let ruler = sample("rulerconfig.yaml")?;
+    let cases: Vec<(&str, &str, Value, &str, Option<&str>)> = vec![
+        (
+            "interval in words",
+            "AlertingRule",
+            with(&alerting, "/spec/groups/0/interval", json!("1 minute")),
+            "spec.groups[0].interval",
+            None,
+        ),
+        (
+            "for in words",
+            "AlertingRule",
+            with(&alerting, "/spec/groups/0/rules/0/for", json!("5 minutes")),
+            "spec.groups[0].rules[0].for",
+            None,
+        ),
+        (
+            "a group name twice",
+            "AlertingRule",
+            duplicate_groups,
+            "spec.groups[1]",
+            None,
+        ),
+        (
+            "a tenant with a slash",
+            "AlertingRule",
+            with(&alerting, "/spec/tenantID", json!("../etc")),
+            "spec.tenantID",
+            None,
+        ),
+        (
+            "the tenant ..",
+            "AlertingRule",
+            with(&alerting, "/spec/tenantID", json!("..")),
+            "spec.tenantID",
+            Some(loki_zone_operator::ruler::api::RULE_TENANT_NOT_DOTS_MSG),
+        ),
+        (
+            "an empty alert name",
+            "AlertingRule",
+            with(&alerting, "/spec/groups/0/rules/0/alert", json!("")),
+            "spec.groups[0].rules[0].alert",
+            None,
+        ),
+        (
+            "a negative limit",
+            "AlertingRule",
+            with(&alerting, "/spec/groups/0/limit", json!(-1)),
+            "spec.groups[0].limit",
+            None,
+        ),
+        (
+            "an empty record name",
+            "RecordingRule",
+            with(
+                &sample("recordingrule.yaml")?,
+                "/spec/groups/0/rules/0/record",
+                json!(""),
+            ),
+            "spec.groups[0].rules[0].record",
+            None,
+        ),
+        (
+            "an evaluation interval in words",
+            "RulerConfig",
+            with(&ruler, "/spec/evaluationInterval", json!("often")),
+            "spec.evaluationInterval",
+            None,
+        ),
+        (
+            "header credentials twice",
+            "RulerConfig",
+            with(
+                &ruler,
+                "/spec/alertmanager/client",
+                json!({"headerAuth": {"credentials": "a", "credentialsFile": "/f"}}),
+            ),
+            "spec.alertmanager.client.headerAuth.credentials",
+            Some(loki_zone_operator::ruler::api::RULE_HEADER_AUTH_EXCLUSIVE_MSG),
+        ),
+        (
+            "an unknown relabel action",
+            "RulerConfig",
+            with(
+                &ruler,
+                "/spec/alertmanager/relabelConfigs",
+                json!([{"sourceLabels": ["a"], "action": "rewrite"}]),
+            ),
+            "spec.alertmanager.relabelConfigs[0].action",
+            None,
+        ),
+    ];
+    let mut rejected = 0;
+    for (name, kind, body, field, message) in &cases {
+        match post(kind, body.clone()).await {
+            Err(kube::Error::Api(e))
+                if e.code == 422
+                    && e.message.contains(field)
+                    && message.is_none_or(|m| e.message.contains(m)) =>
+            {
+                rejected += 1
+            }
+            Err(e) => failures.push(format!(
+                "{kind}, {name}: refused without naming {field}{}: {e}",
+                message.map(|m| format!(" ({m})")).unwrap_or_default()
+            )),
+            Ok(()) => failures.push(format!("{kind}, {name}: accepted (want {field} refused)")),
+        }
+    }
+    Ok((
+        format!("ruler kinds: {accepted}/{} samples accepted, {rejected}/{} invalid objects rejected with the field named", samples.len(), cases.len()),
+        failures,
     ))
 }
 

@@ -20,6 +20,9 @@ const ROOMS: &[&str] = &[
     "model",
     // Pure checks of what the cluster offers: zones, storage, volumes, a pod's zone.
     "checks",
+    // The ruler's API (AlertingRule, RecordingRule, RulerConfig) and, pure, its checks,
+    // which rules a stack picks, and a RulerConfig as Loki settings.
+    "ruler",
     // The Loki objects, rendered from the templates and parsed into typed objects.
     "render",
     // Metrics and the health/metrics HTTP server.

@@ -77,13 +77,26 @@ fn examples(csv: &Value) -> Vec<Value> {
     serde_json::from_str(text).expect("alm-examples is a JSON array of objects")
 }
 
-/// The only CRD of the bundle: it must be the one generated from the API types.
-fn bundle_crd() -> Value {
-    yaml(&read("bundle/manifests/loki.grafana.com_lokistacks.yaml"))
+/// The bundle's CRDs (LokiStack first): each must be the one generated from the API types.
+fn bundle_crds() -> Vec<Value> {
+    loki_zone_operator_tests::apidoc::CRD_FILES
+        .iter()
+        .map(|f| yaml(&read(&format!("bundle/manifests/{f}"))))
+        .collect()
+}
+
+/// The schema of the bundle CRD of `kind`.
+fn crd_schema_of(kind: &str) -> Value {
+    bundle_crds()
+        .into_iter()
+        .find(|c| c["spec"]["names"]["kind"] == kind)
+        .unwrap_or_else(|| panic!("no CRD of {kind} in the bundle"))["spec"]["versions"][0]
+        ["schema"]["openAPIV3Schema"]
+        .clone()
 }
 
 fn crd_schema() -> Value {
-    bundle_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+    crd_schema_of("LokiStack")
 }
 
 // ---------------------------------------------------------------------------------
@@ -289,11 +302,12 @@ fn csv_permission_rules(install: &Value) -> Value {
     )
 }
 
-const CLUSTER_SCOPED_READS: [&str; 4] = [
+const CLUSTER_SCOPED_READS: [&str; 5] = [
     "nodes",
     "persistentvolumes",
     "storageclasses",
     "customresourcedefinitions",
+    "namespaces",
 ];
 
 #[test]
@@ -324,6 +338,10 @@ fn csv_splits_namespaced_rights_from_cluster_reads() {
     for (res, verb) in [
         ("lokistacks", "watch"),
         ("lokistacks/status", "patch"),
+        ("alertingrules", "watch"),
+        ("recordingrules", "watch"),
+        ("rulerconfigs", "watch"),
+        ("alertingrules/status", "patch"),
         ("pods", "patch"),
         ("statefulsets", "create"),
         ("events", "create"),
@@ -696,7 +714,15 @@ fn owned_crds_match_the_bundle_crd_files() {
             .iter()
             .filter_map(|r| r["kind"].as_str())
             .collect();
-        assert_eq!(kinds, CHILD_KINDS.to_vec());
+        if o["kind"] == "LokiStack" {
+            assert_eq!(kinds, CHILD_KINDS.to_vec());
+        } else {
+            assert_eq!(
+                kinds,
+                ["ConfigMap"],
+                "a rule becomes rule files in ConfigMaps"
+            );
+        }
         for r in resources {
             for key in ["kind", "name", "version"] {
                 assert!(r[key].is_string(), "resources[] without {key}: {r}");
@@ -747,11 +773,14 @@ fn owned_crds_match_the_bundle_crd_files() {
         !service_accounts.contains(sa),
         "ServiceAccount {sa} in the bundle"
     );
-    // The bundle's CRD is the generated one (never edited by hand).
-    assert_eq!(
-        read("bundle/manifests/loki.grafana.com_lokistacks.yaml"),
-        read("manifests/crd/loki.grafana.com_lokistacks.yaml")
-    );
+    // The bundle's CRDs are the generated ones (never edited by hand).
+    for f in loki_zone_operator_tests::apidoc::CRD_FILES {
+        assert_eq!(
+            read(&format!("bundle/manifests/{f}")),
+            read(&format!("manifests/crd/{f}")),
+            "{f}"
+        );
+    }
 }
 
 /// `path` (a descriptor path such as `replication.zones[0].topologyKey`) in `schema`.
@@ -840,7 +869,6 @@ fn alm_examples_are_valid_zone_aware_stacks_of_the_owned_crd() {
         })
         .collect();
     let mut seen = BTreeSet::new();
-    let schema = crd_schema();
     for ex in &examples {
         let gvk = (
             ex["apiVersion"].as_str().unwrap_or_default().to_string(),
@@ -850,9 +878,14 @@ fn alm_examples_are_valid_zone_aware_stacks_of_the_owned_crd() {
             owned.contains(&gvk),
             "example of an API the CSV does not own: {gvk:?}"
         );
-        seen.insert(gvk);
+        let schema = crd_schema_of(&gvk.1);
+        seen.insert(gvk.clone());
         assert_eq!(openapi_errors(&schema, ex), Vec::<String>::new(), "{ex}");
         assert_eq!(cel_errors(&schema, ex), Vec::<String>::new(), "{ex}");
+        if gvk.1 != "LokiStack" {
+            rule_example_is_picked_and_valid(ex, &examples[0]);
+            continue;
+        }
         let typed: loki_zone_operator::model::api::LokiStack =
             serde_json::from_value(ex.clone()).expect("example deserializes as a LokiStack");
         assert_eq!(
@@ -875,7 +908,53 @@ fn alm_examples_are_valid_zone_aware_stacks_of_the_owned_crd() {
     // The validators above do reject: an invalid example would be caught.
     let mut bad = examples[0].clone();
     bad["spec"]["replication"]["factor"] = json!(0);
-    assert!(!openapi_errors(&schema, &bad).is_empty());
+    assert!(!openapi_errors(&crd_schema(), &bad).is_empty());
+}
+
+/// A rule example is valid as the reconciler checks it, and the stack example picks it
+/// (a RulerConfig: it has the stack's name).
+fn rule_example_is_picked_and_valid(ex: &Value, stack: &Value) {
+    use loki_zone_operator::model::api::LokiStack;
+    use loki_zone_operator::ruler::api::{AlertingRule, RecordingRule, RulerConfig};
+    use loki_zone_operator::ruler::check as rules;
+    let stack: LokiStack = serde_json::from_value(stack.clone()).expect("stack example");
+    let errors = match ex["kind"].as_str().unwrap_or_default() {
+        "AlertingRule" => rules::check_alerting_rule(
+            &serde_json::from_value::<AlertingRule>(ex.clone())
+                .expect("decodes")
+                .spec,
+        ),
+        "RecordingRule" => rules::check_recording_rule(
+            &serde_json::from_value::<RecordingRule>(ex.clone())
+                .expect("decodes")
+                .spec,
+        ),
+        _ => {
+            assert_eq!(
+                ex["metadata"]["name"],
+                stack.metadata.name.clone().unwrap_or_default().as_str()
+            );
+            rules::check_ruler_config(
+                &serde_json::from_value::<RulerConfig>(ex.clone())
+                    .expect("decodes")
+                    .spec,
+            )
+        }
+    };
+    assert!(errors.is_empty(), "{errors:?}: {ex}");
+    if ex["kind"] != "RulerConfig" {
+        let labels: std::collections::BTreeMap<String, String> =
+            serde_json::from_value(ex["metadata"]["labels"].clone()).unwrap_or_default();
+        let spec = stack
+            .spec
+            .rules
+            .as_ref()
+            .expect("the stack example enables rules");
+        assert!(
+            rules::selects(spec, "ns", "ns", &labels, None),
+            "the stack example does not pick {ex}"
+        );
+    }
 }
 
 #[test]
@@ -1585,7 +1664,9 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
         assert!(removed > 0, "no empty defaults: drop this workaround");
     }
     install_crd(&client, &olm_crd).await?;
-    install_crd(&client, &bundle_crd()).await?;
+    for crd in bundle_crds() {
+        install_crd(&client, &crd).await?;
+    }
     kubectl(&cp.admin_kubeconfig, &["create", "namespace", "olm-bundle"]);
 
     // The CSV as OLM's API server would take it from the bundle.
@@ -1658,10 +1739,13 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
     let refused = dry_run_create(&client, &apps, "olm-bundle", &olm_deployment).await;
     assert!(refused.is_err(), "a wrong fieldPath was accepted");
 
-    // Every example is a LokiStack the API server accepts against our CRD.
+    // Every example is an object the API server accepts against our CRDs.
     let stack = api_resource("loki.grafana.com", "v1", "LokiStack", "lokistacks");
     for ex in examples(&csv) {
-        let created = dry_run_create(&client, &stack, "olm-bundle", &ex).await;
+        let kind = ex["kind"].as_str().unwrap_or_default().to_string();
+        let plural = format!("{}s", kind.to_lowercase());
+        let resource = api_resource("loki.grafana.com", "v1", &kind, &plural);
+        let created = dry_run_create(&client, &resource, "olm-bundle", &ex).await;
         assert_eq!(created, Ok(()), "example rejected: {ex}");
     }
     let mut bad = examples(&csv)[0].clone();

@@ -56,6 +56,11 @@ mod render_secret;
 use render_secret::render_with_the_secret_is_what_the_operator_applies;
 #[path = "e2e/restart.rs"]
 mod restart;
+#[path = "e2e/rules.rs"]
+mod rules;
+use rules::{
+    network_policies_are_applied_and_removed, rules_are_loaded_per_tenant_reported_and_removed,
+};
 #[path = "e2e/stalled_leader.rs"]
 mod stalled_leader;
 use stalled_leader::a_stalled_leader_stops_before_a_standby_takes_over;
@@ -1656,6 +1661,8 @@ fn main() -> std::process::ExitCode {
         a_missing_storage_ca_is_named_then_found,
         pod_on_unlabelled_node_is_named_then_annotated_when_labelled,
         disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone,
+        rules_are_loaded_per_tenant_reported_and_removed,
+        network_policies_are_applied_and_removed,
         standby_replica_takes_over_when_the_leader_stops,
         a_stalled_leader_stops_before_a_standby_takes_over,
         apply_failure_is_retried_with_the_error_backoff,

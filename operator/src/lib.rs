@@ -8,6 +8,8 @@
 //! - [`model`]: the LokiStack API, names, conditions, defaults: the shared vocabulary.
 //! - [`checks`]: pure checks of what the cluster offers (zones, storage classes and
 //!   volumes, a pod's zone) and of the spec.
+//! - [`ruler`]: the ruler's API (AlertingRule, RecordingRule, RulerConfig) and, pure,
+//!   its checks, which rules a stack picks, and a RulerConfig as Loki settings.
 //! - [`render`]: every Loki object, rendered from the templates and parsed into types.
 //! - [`telemetry`]: metrics and the health/metrics HTTP server.
 //! - [`pki`]: the webhooks' certificate authority, pure: when to issue and rotate.
@@ -37,6 +39,7 @@ pub mod pki;
 pub mod plan;
 pub mod reconcile;
 pub mod render;
+pub mod ruler;
 pub mod status;
 pub mod telemetry;
 pub mod webhook;

@@ -38,6 +38,7 @@ impl ImageArgs {
             loki_image: self.loki_image.clone(),
             operator_image: self.operator_image.clone(),
             zone_wait_timeout: self.zone_wait_timeout.clone(),
+            ..Settings::default()
         }
     }
 }
@@ -157,12 +158,17 @@ enum Command {
     /// Run the controller and the pod zone annotator against the cluster of the current
     /// kubeconfig (or the in-cluster service account).
     Run(Box<RunArgs>),
-    /// Print the LokiStack CustomResourceDefinition as YAML.
+    /// Print the CustomResourceDefinitions (LokiStack, AlertingRule, RecordingRule,
+    /// RulerConfig) as one YAML stream.
     Crd {
         /// Kubernetes version of the target cluster; before 1.25 the CEL rules are left
         /// out (the operator enforces them instead).
         #[arg(long, value_parser = parse_kube_version)]
         kube_version: Option<ServerCapabilities>,
+        /// Write one file per CRD into this directory (as `manifests/crd/` holds them)
+        /// instead of printing them.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
     },
     /// Render every object of a LokiStack as a YAML stream for `kubectl apply -f -`.
     Render {
@@ -271,6 +277,11 @@ impl RunArgs {
     fn config(self) -> loki_zone_operator::lead::RunConfig {
         let identity = self.identity();
         let webhook = self.webhook.config(&self.lease_namespace);
+        // NetworkPolicies let the operator's pods, in this namespace, reach ingesters.
+        let settings = Settings {
+            operator_namespace: self.lease_namespace.clone(),
+            ..self.images.settings()
+        };
         let leader = self
             .leader_elect
             .then(|| loki_zone_operator::lead::lease::LeaderConfig {
@@ -285,7 +296,7 @@ impl RunArgs {
                 retry_every: Duration::from_secs(2),
             });
         loki_zone_operator::lead::RunConfig {
-            settings: self.images.settings(),
+            settings,
             resync: self.resync,
             health_addr: self.health_addr,
             metrics_addr: self.metrics_addr,
@@ -310,12 +321,23 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-fn crd(kube_version: Option<ServerCapabilities>) -> ExitCode {
-    match cli::crd_yaml_for(&kube_version.unwrap_or(ServerCapabilities::MODERN)) {
-        Ok(yaml) => {
-            print!("{yaml}");
-            ExitCode::SUCCESS
-        }
+fn crd(kube_version: Option<ServerCapabilities>, out_dir: Option<PathBuf>) -> ExitCode {
+    let caps = kube_version.unwrap_or(ServerCapabilities::MODERN);
+    let result = match &out_dir {
+        None => cli::crds_yaml_for(&caps)
+            .map(|yaml| print!("{yaml}"))
+            .map_err(|e| e.to_string()),
+        Some(dir) => cli::crd_files_for(&caps)
+            .map_err(|e| e.to_string())
+            .and_then(|files| {
+                files.into_iter().try_for_each(|(file, yaml)| {
+                    let path = dir.join(file);
+                    std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))
+                })
+            }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -361,7 +383,10 @@ fn wait_for_zone(file: &str, timeout: Duration, interval: Duration) -> ExitCode 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
-        Command::Crd { kube_version } => crd(kube_version),
+        Command::Crd {
+            kube_version,
+            out_dir,
+        } => crd(kube_version, out_dir),
         Command::Render {
             file,
             nodes,

@@ -45,7 +45,7 @@ fn render_zone_aware_sample_prints_zone_pieces_and_the_verdict() {
     assert!(stderr.contains("write quorum: 2"), "{stderr}");
     assert!(stderr.contains("zone failures tolerated: 1"), "{stderr}");
     let stdout = text(&out.stdout);
-    // Every document parses; 6 workloads each carry the init container.
+    // Every document parses; 7 workloads (the ruler too) each carry the init container.
     let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&stdout)
         .map(|d| serde::Deserialize::deserialize(d).expect("document"))
         .collect();
@@ -53,7 +53,7 @@ fn render_zone_aware_sample_prints_zone_pieces_and_the_verdict() {
         .iter()
         .filter(|d| matches!(d["kind"].as_str(), Some("StatefulSet" | "Deployment")))
         .collect();
-    assert_eq!(workloads.len(), 6);
+    assert_eq!(workloads.len(), 7);
     for w in workloads {
         let init = &w["spec"]["template"]["spec"]["initContainers"][0];
         assert_eq!(init["name"].as_str(), Some("az-annotation-check"));
@@ -136,21 +136,45 @@ fn render_rejects_invalid_input_naming_file_and_field() {
     assert!(text(&out.stderr).contains("/nonexistent/stack.yaml: cannot read"));
 }
 
+/// `crd` prints every CRD as one stream, LokiStack first; `--out-dir` writes the files
+/// `manifests/crd/` commits.
 #[test]
-fn crd_command_prints_the_committed_crd() {
+fn crd_command_prints_the_committed_crds() {
+    let files = [
+        "loki.grafana.com_lokistacks.yaml",
+        "loki.grafana.com_alertingrules.yaml",
+        "loki.grafana.com_recordingrules.yaml",
+        "loki.grafana.com_rulerconfigs.yaml",
+    ];
     let out = run(&["crd"]);
     assert_eq!(out.status.code(), Some(0));
-    let committed =
-        std::fs::read_to_string(samples().join("../crd/loki.grafana.com_lokistacks.yaml"))
-            .expect("crd");
+    let committed: String = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(samples().join("../crd").join(f)).expect("crd");
+            format!("---\n{text}")
+        })
+        .collect();
     assert_eq!(text(&out.stdout), committed);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = run(&["crd", "--out-dir", dir.path().to_str().expect("path")]);
+    assert_eq!(out.status.code(), Some(0));
+    for f in files {
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(f)).expect("written"),
+            std::fs::read_to_string(samples().join("../crd").join(f)).expect("committed"),
+            "{f}"
+        );
+    }
 }
 
 #[test]
 fn crd_for_old_servers_leaves_out_cel_rules_only() {
     let modern = text(&run(&["crd", "--kube-version", "1.30"]).stdout);
     let old = text(&run(&["crd", "--kube-version", "1.20"]).stdout);
-    assert_eq!(modern.matches("x-kubernetes-validations").count(), 6);
+    // LokiStack 6, AlertingRule and RecordingRule 1 each, RulerConfig 2 (the header
+    // authentication of its Alertmanager and of a tenant's).
+    assert_eq!(modern.matches("x-kubernetes-validations").count(), 10);
     assert!(!old.contains("x-kubernetes-validations"));
     let strip = |s: &str| {
         s.lines()

@@ -17,8 +17,12 @@ use loki_zone_operator_tests::operator;
 use super::Env;
 
 /// What the operator watches, as the audit log names the resource, each at least once.
-const WATCHED: [&str; 11] = [
+const WATCHED: [&str; 16] = [
     "lokistacks",
+    "alertingrules",
+    "recordingrules",
+    "rulerconfigs",
+    "namespaces",
     "nodes",
     "pods",
     "persistentvolumes",
@@ -29,6 +33,7 @@ const WATCHED: [&str; 11] = [
     "configmaps",
     "serviceaccounts",
     "poddisruptionbudgets",
+    "networkpolicies",
 ];
 
 fn audit_len(path: &Path) -> usize {

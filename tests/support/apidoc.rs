@@ -82,22 +82,40 @@ fn walk(path: &str, schema: &Value, required: bool, rows: &mut Vec<String>) {
     }
 }
 
-/// The Markdown reference of the `LokiStack` API.
-pub fn api_reference(crd: &Value) -> String {
+/// The files of `manifests/crd`, in the order its kustomization lists them: LokiStack
+/// first, then the ruler's kinds.
+pub const CRD_FILES: [&str; 4] = [
+    "loki.grafana.com_lokistacks.yaml",
+    "loki.grafana.com_alertingrules.yaml",
+    "loki.grafana.com_recordingrules.yaml",
+    "loki.grafana.com_rulerconfigs.yaml",
+];
+
+/// The committed CRDs, parsed, in [`CRD_FILES`] order.
+pub fn committed_crds(root: &std::path::Path) -> Vec<Value> {
+    CRD_FILES
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(root.join("manifests/crd").join(f))
+                .unwrap_or_else(|e| panic!("manifests/crd/{f}: {e}"));
+            serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("manifests/crd/{f}: {e}"))
+        })
+        .collect()
+}
+
+/// One kind's section: its group, version and description, then its spec and status.
+fn kind_reference(crd: &Value, out: &mut String) {
     let version = &crd["spec"]["versions"][0];
     let schema = &version["schema"]["openAPIV3Schema"];
-    let mut out = String::from(
-        "# LokiStack API reference\n\n<!-- Generated from manifests/crd by `make docs`; a test fails when it drifts. -->\n\n",
-    );
+    let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
     out.push_str(&format!(
-        "`{}/{}`, kind `{}`, namespaced, with a status subresource.\n\n{}\n\n",
+        "## {kind}\n\n`{}/{}`, kind `{kind}`, namespaced, with a status subresource.\n\n{}\n\n",
         crd["spec"]["group"].as_str().unwrap_or_default(),
         version["name"].as_str().unwrap_or_default(),
-        crd["spec"]["names"]["kind"].as_str().unwrap_or_default(),
         schema["description"].as_str().unwrap_or_default()
     ));
     for part in ["spec", "status"] {
-        out.push_str(&format!("## {part}\n\n| field | type | required | description | constraints |\n|---|---|---|---|---|\n"));
+        out.push_str(&format!("### {kind} {part}\n\n| field | type | required | description | constraints |\n|---|---|---|---|---|\n"));
         let mut rows = Vec::new();
         walk(part, &schema["properties"][part], false, &mut rows);
         for r in rows.iter().skip(1) {
@@ -106,6 +124,21 @@ pub fn api_reference(crd: &Value) -> String {
         }
         out.push('\n');
     }
-    out.push_str("`status.conditions` are standard Kubernetes conditions (`type`, `status`, `reason`, `message`, `lastTransitionTime`, `observedGeneration`); see [the replication guide](zone-aware-replication.md#conditions) for every reason.\n");
+}
+
+/// The Markdown reference of the operator's API: LokiStack, then the ruler's kinds.
+pub fn api_reference(crds: &[Value]) -> String {
+    let mut out = String::from(
+        "# API reference\n\n<!-- Generated from manifests/crd by `make docs`; a test fails when it drifts. -->\n\n",
+    );
+    for crd in crds {
+        let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or_default();
+        out.push_str(&format!("- [{kind}](#{})\n", kind.to_lowercase()));
+    }
+    out.push('\n');
+    for crd in crds {
+        kind_reference(crd, &mut out);
+    }
+    out.push_str("`status.conditions` are standard Kubernetes conditions (`type`, `status`, `reason`, `message`, `lastTransitionTime`, `observedGeneration`); see [the replication guide](zone-aware-replication.md#conditions) for every reason of a LokiStack, and [the rules guide](rules.md#status) for those of the ruler's kinds.\n");
     out
 }

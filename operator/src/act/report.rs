@@ -117,6 +117,31 @@ pub async fn write_status(
     Ok(())
 }
 
+/// Writes the conditions of an AlertingRule, RecordingRule or RulerConfig (computed by
+/// `status::rules`), by server-side apply of its status under the operator's manager.
+pub async fn write_rule_status(
+    client: &Client,
+    resource: &kube::api::ApiResource,
+    namespace: &str,
+    name: &str,
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Result<(), kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+    let body = json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {"name": name},
+        "status": {"conditions": conditions},
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(names::FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Marks a stored stack that does not decode, on its own status (see `caches/stacks.rs`). The
 /// API server may refuse the write when the stored spec breaks the current schema; the
 /// Event says it then.

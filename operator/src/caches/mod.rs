@@ -3,6 +3,7 @@
 //! object is cached once per process ([`reflectors::Caches`]).
 
 pub mod reflectors;
+pub mod rules;
 pub mod scope;
 pub mod secrets;
 pub mod stacks;

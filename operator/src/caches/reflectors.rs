@@ -28,6 +28,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
+use crate::caches::rules::{self as rule_caches, RuleCaches, RuleKind};
 use crate::caches::scope::{self, Scope};
 use crate::caches::secrets::SecretReader;
 use crate::caches::stacks::{is_zone_aware as is_stack_zone_aware, resource, stack_ref, StackRef};
@@ -78,6 +79,8 @@ pub struct Caches {
     /// Metadata of what the operator created, per kind, as this server serves it; all
     /// kinds but StatefulSets, which are in `statefulsets`.
     pub children: Vec<(ChildKind, ApiResource, ChildStore)>,
+    /// AlertingRules, RecordingRules, RulerConfigs and namespace labels.
+    pub rules: RuleCaches,
 }
 
 impl Caches {
@@ -113,6 +116,12 @@ impl Caches {
             & synced("statefulsets", &self.statefulsets).await;
         for (kind, _, s) in &self.children {
             ok &= synced(kind.as_str(), s).await;
+        }
+        for (kind, s) in &self.rules.stores {
+            ok &= synced(kind.kind(), s).await;
+        }
+        if let Some(ns) = &self.rules.namespaces {
+            ok &= synced("namespaces", ns).await;
         }
         ok
     }
@@ -197,6 +206,8 @@ pub struct Sources<'a> {
     pub client: &'a Client,
     pub capabilities: &'a ServerCapabilities,
     pub scope: &'a Scope,
+    /// The ruler's kinds the server serves (`rules::served`).
+    pub rule_kinds: &'a [RuleKind],
 }
 
 /// Starts every cache, once per process; their changes go to `taps`, to whichever term
@@ -232,6 +243,9 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
         tasks.push(task);
         children.push((kind, resource, store));
     }
+    let (rules, rule_tasks) =
+        rule_caches::start(client, scope, src.rule_kinds, stacks.clone(), taps);
+    tasks.extend(rule_tasks);
     let secret_reader = SecretReader::new(client.clone());
     let caches = Caches {
         stacks,
@@ -244,6 +258,7 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
         other_pods,
         statefulsets,
         children,
+        rules,
     };
     (caches, tasks)
 }
@@ -261,14 +276,30 @@ fn watch_stacks(
         |ns| Api::namespaced_with(client.clone(), ns, &api_resource),
     );
     let config = watcher::Config::default();
-    let (store, events) = scope::reflect(watches, config, |_| {}, api_resource);
-    let tap = taps.stacks.clone();
+    let (store, events) = scope::reflect(watches, config, |_: &mut DynamicObject| {}, api_resource);
+    let (tap, rules_tap) = (taps.stacks.clone(), taps.rules.clone());
     let task = tokio::spawn(async move {
+        // Per stack, its `spec.rules` as last seen: the rules' status depends on it.
+        let mut rules_seen: HashMap<(String, String), Option<serde_json::Value>> = HashMap::new();
         futures::pin_mut!(events);
         while let Some(ev) = events.next().await {
             match ev {
                 Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
+                    let key = (s.namespace().unwrap_or_default(), s.name_any());
+                    let rules = s.data.pointer("/spec/rules").cloned();
+                    if rules_seen.get(&key) != Some(&rules) {
+                        rules_seen.insert(key, rules);
+                        rules_tap.send(());
+                    }
                     tap.send(ObjectRef::from_obj_with(&s, resource()));
+                }
+                Ok(watcher::Event::Delete(s)) => {
+                    if rules_seen
+                        .remove(&(s.namespace().unwrap_or_default(), s.name_any()))
+                        .is_some()
+                    {
+                        rules_tap.send(());
+                    }
                 }
                 Ok(_) => {}
                 Err(e) => {

@@ -62,7 +62,7 @@ pub fn stack_ref(namespace: &str, name: &str) -> StackRef {
 }
 
 /// A stored LokiStack that this operator cannot read.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{path}: {message}")]
 pub struct DecodeError {
     /// Where in the object, e.g. `spec.replication.factor`.

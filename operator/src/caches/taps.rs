@@ -72,6 +72,9 @@ pub struct Taps {
     pub stacks: Tap<StackRef>,
     pub nodes: Tap<String>,
     pub zone_aware_pods: Tap<PodChange>,
+    /// Something that decides a rule's status changed: a rule, a RulerConfig, a
+    /// namespace's labels, or a stack's `spec.rules`.
+    pub rules: Tap<()>,
 }
 
 impl Taps {
@@ -79,6 +82,7 @@ impl Taps {
         self.stacks.detach();
         self.nodes.detach();
         self.zone_aware_pods.detach();
+        self.rules.detach();
     }
 }
 

@@ -146,6 +146,7 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
     nothing_to_expand(spec, &mut errors);
     otlp_drops(spec, &mut errors);
     hash_ring(spec, &mut errors);
+    rule_selectors(spec, &mut errors);
     for c in Component::ALL {
         let at = format!("spec.template.{}", c.spec_field());
         let replicas = c.template(spec).and_then(|t| t.replicas);
@@ -163,6 +164,24 @@ pub fn validate(spec: &LokiStackSpec) -> Result<(), InvalidSpec> {
         Ok(())
     } else {
         Err(InvalidSpec(errors))
+    }
+}
+
+/// `spec.rules`' selectors must be selectors: the schema takes any operator string.
+fn rule_selectors(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
+    let Some(rules) = &spec.rules else {
+        return;
+    };
+    for (field, sel) in [
+        ("spec.rules.selector", &rules.selector),
+        ("spec.rules.namespaceSelector", &rules.namespace_selector),
+    ] {
+        if let Some(Err(e)) = sel.clone().map(kube::core::Selector::try_from) {
+            errors.push(err(
+                field,
+                format!("{e}: use the operators In, NotIn, Exists or DoesNotExist, with values for In and NotIn only"),
+            ));
+        }
     }
 }
 

@@ -44,21 +44,39 @@ impl CliError {
     }
 }
 
-/// The CRD as YAML, exactly as committed in `manifests/crd/`.
+/// The LokiStack CRD as YAML, exactly as committed in `manifests/crd/`.
 pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
     serde_yaml_ng::to_string(&crate::model::api::crd())
 }
 
-/// The CRD for a given server: without CEL rules where the server predates them (the
-/// reconciler checks the same rules and reports them as a Degraded condition).
-pub fn crd_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml_ng::Error> {
-    if caps.crd_cel_rules {
-        return crd_yaml();
-    }
-    let mut crd = serde_json::to_value(crate::model::api::crd())
-        .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?;
-    strip_cel(&mut crd);
-    serde_yaml_ng::to_string(&crd)
+/// Every CRD of the operator (LokiStack, AlertingRule, RecordingRule, RulerConfig) for a
+/// given server, each with the file name `manifests/crd/` commits it under: without CEL
+/// rules where the server predates them (the reconciler checks the same rules and
+/// reports them in the objects' status).
+pub fn crd_files_for(
+    caps: &ServerCapabilities,
+) -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
+    crate::ruler::api::crds()
+        .into_iter()
+        .map(|crd| {
+            let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
+            let mut value = serde_json::to_value(&crd)
+                .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?;
+            if !caps.crd_cel_rules {
+                strip_cel(&mut value);
+            }
+            Ok((file, serde_yaml_ng::to_string(&value)?))
+        })
+        .collect()
+}
+
+/// [`crd_files_for`] as one YAML stream, LokiStack first, as `loki-zone-operator crd`
+/// prints it for `kubectl apply -f -`.
+pub fn crds_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml_ng::Error> {
+    Ok(crd_files_for(caps)?
+        .into_iter()
+        .map(|(_, yaml)| format!("---\n{yaml}"))
+        .collect())
 }
 
 fn strip_cel(v: &mut serde_json::Value) {

@@ -193,10 +193,12 @@ async fn start_process(
 ) -> Result<(Parts, Vec<JoinHandle<()>>), RunError> {
     info!(namespaces = %cfg.scope, "watching LokiStacks");
     let taps = Taps::default();
+    let rule_kinds = crate::caches::rules::served(client).await;
     let sources = Sources {
         client,
         capabilities: &capabilities,
         scope: &cfg.scope,
+        rule_kinds: &rule_kinds,
     };
     let (caches, mut tasks) = reflectors::start(sources, &taps);
     tasks.push(tokio::spawn(ready_when_synced(

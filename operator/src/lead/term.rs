@@ -84,6 +84,7 @@ impl Term {
         let stack_changes = p.taps.stacks.attach();
         let pod_changes = p.taps.zone_aware_pods.attach();
         let node_changes = p.taps.nodes.attach();
+        let rule_changes = p.taps.rules.attach();
         // Secrets read in an earlier term are read again before they are relied on.
         p.caches.secret_reader.new_term();
         // Every stack once at the start of a term: changes while no term ran were dropped.
@@ -97,6 +98,13 @@ impl Term {
             p.taps.clone(),
             p.secret_poll,
         ));
+        if !p.caches.rules.stores.is_empty() {
+            tasks.spawn(reconcile::rules::run(
+                p.client.clone(),
+                p.caches.clone(),
+                rule_changes,
+            ));
+        }
         let coverage = register_webhooks(p, &mut tasks);
         let inputs = annotator::Inputs::from_caches(&p.caches, pod_changes, node_changes);
         tasks.spawn(annotator::run(

@@ -194,9 +194,27 @@ pub struct LokiStackSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash_ring: Option<HashRingSpec>,
 
-    /// Go Loki Operator field (NetworkPolicies): kept, not acted on.
+    /// NetworkPolicies around the stack's pods. Unset: none (the Go operator's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_policies: Option<KeptObject>,
+    pub network_policies: Option<NetworkPoliciesSpec>,
+}
+
+/// Which NetworkPolicies the operator creates for a stack.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPoliciesSpec {
+    /// `None`: no NetworkPolicy (those the operator created are removed).
+    /// `RestrictIngressEgress`: the stack's pods accept only each other, clients on the
+    /// push and query paths (distributor, query frontend, ruler), and the operator (an
+    /// ingester leaving the ring); they reach only each other, DNS, object storage and,
+    /// from the ruler, the Alertmanagers and remote-write endpoint of its RulerConfig.
+    pub rule_set: NetworkPolicyRuleSet,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetworkPolicyRuleSet {
+    None,
+    RestrictIngressEgress,
 }
 
 /// The t-shirt sizes of the Go Loki Operator.
@@ -454,11 +472,15 @@ pub struct RulesSpec {
     /// Deploy the ruler.
     #[serde(default)]
     pub enabled: bool,
-    /// Go Loki Operator field (which AlertingRule and RecordingRule objects to load):
-    /// kept, not acted on.
+    /// The AlertingRules and RecordingRules the ruler loads, by their labels (`{}`:
+    /// all). Unset: no rule object is loaded, and the ruler keeps its rules in the object
+    /// store, written through Loki's rules API; set: the ruler reads the rule files of
+    /// the objects it picks, and the rules API is read-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
-    /// Go Loki Operator field (namespaces to load rules from): kept, not acted on.
+    /// The namespaces, besides the stack's own, whose rules are picked, by their labels
+    /// (`{}`: every namespace). Unset: the stack's namespace only. In the namespaced
+    /// mode, only the watched namespaces are searched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
 }

@@ -100,6 +100,21 @@ wire_enum! {
         UnsupportedFields => "UnsupportedFields",
         UnmanagedChildren => "UnmanagedChildren",
         InvalidAnnotation => "InvalidAnnotation",
+        /// The stack's RulerConfig does not decode or breaks a rule (held back).
+        InvalidRulerConfig => "InvalidRulerConfig",
+        /// The remote-write Secret a RulerConfig names is missing (held back; the Go
+        /// operator's reason).
+        MissingRulerSecret => "MissingRulerSecret",
+        /// It lacks a key its authorization needs (held back; the Go operator's reason).
+        InvalidRulerSecret => "InvalidRulerSecret",
+        /// Rules the stack picks are not loaded (a Warning naming each and why).
+        RulesNotLoaded => "RulesNotLoaded",
+        /// On a rule or RulerConfig: a stack with rules enabled picks it and it is valid.
+        Selected => "Selected",
+        /// On a rule or RulerConfig: a stack picks it but it is invalid (field named).
+        InvalidRule => "InvalidRule",
+        /// On a rule or RulerConfig a stack picked before: none picks it now.
+        NotSelected => "NotSelected",
     }
 }
 

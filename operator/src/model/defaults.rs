@@ -187,6 +187,38 @@ pub struct EffectiveStack {
     /// stack, while zones are being turned on or off: they then read their own config
     /// file with the ring's zone awareness off; set by the plan (`staging.rs`).
     pub read_path_zone_aware: bool,
+    /// The ruler's rule files and settings; set by the plan from the AlertingRules,
+    /// RecordingRules and RulerConfig it picks (`ruler/`).
+    pub ruler: RulerInput,
+}
+
+/// One rule file for the ruler: the groups of one AlertingRule or RecordingRule.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RuleFile {
+    /// The file's name in the tenant's directory: `<namespace>-<name>-<uid>.yaml`, the
+    /// Go Loki Operator's, unique per object.
+    pub key: String,
+    pub tenant: String,
+    /// The object's `spec.groups`, as stored.
+    pub groups: serde_json::Value,
+}
+
+/// What the ruler of one stack is given, resolved by the plan from the rules it picks
+/// and its RulerConfig (`ruler/settings.rs`): plain values, ready to render.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RulerInput {
+    /// The rule files of the AlertingRules and RecordingRules the stack picks, each
+    /// valid. `None` when `spec.rules.selector` is unset: the ruler then keeps its rules
+    /// in the object store, written through Loki's rules API.
+    pub files: Option<Vec<RuleFile>>,
+    /// Loki's `ruler` settings from the RulerConfig, key to value, every `$` doubled.
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Per tenant, its `ruler_alertmanager_config` for the runtime config.
+    pub tenant_overrides: BTreeMap<String, serde_json::Value>,
+    /// The remote-write Secret the ruler pods mount.
+    pub remote_write_secret: Option<String>,
+    /// The ports the ruler sends alerts and series to (its NetworkPolicy).
+    pub egress_ports: Vec<i32>,
 }
 
 impl EffectiveStack {
@@ -336,6 +368,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         avoid_zones: Vec::new(),
         ingester_disruptions: 1,
         read_path_zone_aware: true,
+        ruler: Default::default(),
     }
 }
 

@@ -19,22 +19,11 @@ pub fn unsupported_fields(spec: &LokiStackSpec) -> Vec<String> {
     };
     check(spec.tenants.is_some(), "spec.tenants".into());
     check(spec.proxy.is_some(), "spec.proxy".into());
-    check(
-        spec.network_policies.is_some(),
-        "spec.networkPolicies".into(),
-    );
     let mode = spec.storage.secret.credential_mode;
     check(
         mode.is_some_and(|m| m != CredentialMode::Static),
         "spec.storage.secret.credentialMode".into(),
     );
-    if let Some(rules) = &spec.rules {
-        check(rules.selector.is_some(), "spec.rules.selector".into());
-        check(
-            rules.namespace_selector.is_some(),
-            "spec.rules.namespaceSelector".into(),
-        );
-    }
     if let Some(t) = &spec.template {
         check(t.gateway.is_some(), "spec.template.gateway".into());
         check(
@@ -141,7 +130,6 @@ mod tests {
                 "spec.tenants",
                 "spec.proxy",
                 "spec.storage.secret.credentialMode",
-                "spec.rules.selector",
                 "spec.template.gateway",
             ]
         );

@@ -15,12 +15,16 @@ use kube::Client;
 use kube::ResourceExt;
 
 use crate::caches::reflectors::Caches;
+use crate::caches::rules::{decode as decode_rule, RuleKind};
+use crate::caches::stacks::DecodeError;
 use crate::caches::strip::{foreign_fields, writers};
 use crate::checks::podzone::node_name;
-use crate::model::api::LokiStack;
+use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::defaults::{zone_aware, Component};
 use crate::model::names;
 use crate::render::kinds::ChildKind;
+use crate::ruler::api::{AlertingRule, RecordingRule, RulerConfig, RulerConfigSpec};
+use crate::ruler::check::selects;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
@@ -28,6 +32,46 @@ pub enum ObserveError {
     NoNamespace(String),
     #[error("cannot read the CA ConfigMap {name} (spec.storage.tls): {source}")]
     ReadCa { name: String, source: kube::Error },
+    #[error("cannot read the remote-write Secret {name} (RulerConfig spec.remoteWrite.client.authorizationSecretName): {source}")]
+    ReadRulerSecret { name: String, source: kube::Error },
+}
+
+/// An AlertingRule or RecordingRule a stack picks, decoded if it can be.
+#[derive(Clone, Debug)]
+pub struct PickedRule {
+    pub kind: RuleKind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub spec: Result<PickedSpec, DecodeError>,
+}
+
+#[derive(Clone, Debug)]
+pub enum PickedSpec {
+    Alerting(crate::ruler::api::AlertingRuleSpec),
+    Recording(crate::ruler::api::RecordingRuleSpec),
+}
+
+impl PickedRule {
+    /// `AlertingRule ns/name`, as messages name it.
+    pub fn label(&self) -> String {
+        format!("{} {}/{}", self.kind.kind(), self.namespace, self.name)
+    }
+}
+
+/// The ruler's objects a stack with rules enabled picks.
+#[derive(Clone, Debug, Default)]
+pub struct RulesObserved {
+    /// The AlertingRules and RecordingRules `spec.rules` selects, by kind, namespace and
+    /// name.
+    pub picked: Vec<PickedRule>,
+    /// The RulerConfig of the stack's name and namespace.
+    pub ruler_config: Option<Result<RulerConfigSpec, DecodeError>>,
+    /// The key names of the remote-write Secret the RulerConfig names: `None` when it
+    /// does not exist or none is named (see [`ruler_secret_keys`]).
+    pub remote_write_secret_keys: Option<BTreeSet<String>>,
+    /// Rule kinds the API server does not serve.
+    pub unserved: Vec<RuleKind>,
 }
 
 /// What the caches hold for one stack, at one instant.
@@ -62,6 +106,8 @@ pub struct Snapshot {
     /// The zone-disruption webhook decides the evictions of this stack's ingesters (set
     /// by the reconciler from the webhook's coverage, not from a cache).
     pub disruptions_by_zone: bool,
+    /// The ruler's objects the stack picks; empty unless rules are enabled.
+    pub rules: RulesObserved,
     /// When the snapshot was taken: the clock the pure steps read.
     pub now: Timestamp,
 }
@@ -140,6 +186,10 @@ impl Snapshot {
             .collect();
         let children = owned_children(caches, &namespace, &name, &uid);
         let statefulsets = owned_statefulsets(caches, &namespace, &uid);
+        let rules = match stack.spec.rules.as_ref().filter(|r| r.enabled) {
+            Some(spec) => observe_rules(caches, spec, &namespace, &name),
+            None => RulesObserved::default(),
+        };
         Ok(Snapshot {
             namespace,
             name,
@@ -156,6 +206,7 @@ impl Snapshot {
             children,
             statefulsets,
             disruptions_by_zone: false,
+            rules,
             now: Timestamp::now(),
         })
     }
@@ -192,6 +243,88 @@ pub async fn storage_ca_keys(
         let text = cm.data.into_iter().flat_map(|d| d.into_keys());
         let binary = cm.binary_data.into_iter().flat_map(|d| d.into_keys());
         text.chain(binary).collect()
+    }))
+}
+
+/// The rules `spec` picks, and the stack's RulerConfig, from the caches.
+fn observe_rules(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str) -> RulesObserved {
+    let rc = &caches.rules;
+    let mut picked = Vec::new();
+    for kind in [RuleKind::AlertingRule, RuleKind::RecordingRule] {
+        let Some(store) = rc.store(kind) else {
+            continue;
+        };
+        for obj in store.state() {
+            let rule_ns = obj.namespace().unwrap_or_default();
+            let ns_labels = rc.namespace_labels(&rule_ns);
+            if !selects(spec, namespace, &rule_ns, obj.labels(), ns_labels.as_ref()) {
+                continue;
+            }
+            let decoded = match kind {
+                RuleKind::AlertingRule => {
+                    decode_rule::<AlertingRule>(&obj).map(|r| PickedSpec::Alerting(r.spec))
+                }
+                _ => decode_rule::<RecordingRule>(&obj).map(|r| PickedSpec::Recording(r.spec)),
+            };
+            picked.push(PickedRule {
+                kind,
+                namespace: rule_ns,
+                name: obj.name_any(),
+                uid: obj.metadata.uid.clone().unwrap_or_default(),
+                spec: decoded,
+            });
+        }
+    }
+    picked.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    let ruler_config = rc
+        .store(RuleKind::RulerConfig)
+        .and_then(|s| {
+            s.get(&ObjectRef::new_with(name, RuleKind::RulerConfig.resource()).within(namespace))
+        })
+        .map(|obj| decode_rule::<RulerConfig>(&obj).map(|c| c.spec));
+    RulesObserved {
+        picked,
+        ruler_config,
+        remote_write_secret_keys: None,
+        unserved: rc.unserved(),
+    }
+}
+
+/// The key names of the remote-write Secret a stack's RulerConfig names, if it exists.
+/// Like the CA ConfigMap, one read per reconcile of a stack that sets one: nothing else
+/// needs these Secrets, and a watch would need `list` on every Secret.
+pub async fn ruler_secret_keys(
+    client: &Client,
+    rules: &RulesObserved,
+    namespace: &str,
+) -> Result<Option<BTreeSet<String>>, ObserveError> {
+    let Some(Ok(config)) = &rules.ruler_config else {
+        return Ok(None);
+    };
+    let Some(name) = config
+        .remote_write
+        .as_ref()
+        .and_then(|rw| rw.client.as_ref())
+        .map(|c| c.authorization_secret_name.clone())
+    else {
+        return Ok(None);
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let found = api
+        .get_opt(&name)
+        .await
+        .map_err(|source| ObserveError::ReadRulerSecret { name, source })?;
+    Ok(found.map(|s| {
+        let data = s.data.into_iter().flat_map(|d| {
+            d.into_iter()
+                .filter(|(_, v)| !v.0.is_empty())
+                .map(|(k, _)| k)
+        });
+        let text = s
+            .string_data
+            .into_iter()
+            .flat_map(|d| d.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k));
+        data.chain(text).collect()
     }))
 }
 

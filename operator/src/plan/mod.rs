@@ -8,6 +8,7 @@
 
 pub mod recovery;
 pub mod rollout;
+pub mod rules;
 pub mod scale_down;
 pub mod staging;
 
@@ -51,6 +52,8 @@ pub struct Findings {
     /// Zone-aware evictions are switched off for the stack
     /// ([`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]).
     pub zone_evictions_off: bool,
+    /// The ruler's rules and RulerConfig.
+    pub rules: rules::RuleFindings,
 }
 
 impl Findings {
@@ -66,6 +69,9 @@ impl Findings {
         }
         if let Some(e) = &self.storage_ca {
             return Some((e.reason(), e.to_string()));
+        }
+        if let Some(hold) = &self.rules.hold {
+            return Some(hold.clone());
         }
         if let Some(f) = self.storage_class.as_ref().filter(|f| f.holds_back()) {
             return Some((f.reason(), f.to_string()));
@@ -144,6 +150,8 @@ fn check(stack: &LokiStack, snapshot: &Snapshot, eff: &mut EffectiveStack) -> Fi
         }
         Err(e) => Some(e),
     };
+    let (ruler, rules) = rules::plan(stack, snapshot);
+    eff.ruler = ruler;
     Findings {
         invalid: validate_stack(stack).err(),
         secret,
@@ -159,6 +167,7 @@ fn check(stack: &LokiStack, snapshot: &Snapshot, eff: &mut EffectiveStack) -> Fi
         unsupported: go_compat::unsupported_fields(&stack.spec),
         annotation: annotation_errors(stack),
         zone_evictions_off: zone_aware_evictions(stack.metadata.annotations.as_ref()) == Ok(false),
+        rules,
     }
 }
 

@@ -9,6 +9,7 @@
 //! with a short backoff instead of waiting for the resync.
 
 pub mod controller;
+pub mod rules;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use crate::act::{recovery as recover_act, rollout, scale_down};
 use crate::caches::reflectors::Caches;
 use crate::caches::stacks;
 use crate::model::api::{LokiStack, LokiStackStatus, ManagementState, ZoneAwarenessStage};
-use crate::observe::{storage_ca_keys, ObserveError, Snapshot};
+use crate::observe::{ruler_secret_keys, storage_ca_keys, ObserveError, Snapshot};
 use crate::plan::recovery;
 use crate::plan::staging;
 use crate::plan::{self, plan, Plan, PlanError};
@@ -146,6 +147,8 @@ struct Next {
 async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, Next), ReconcileError> {
     let mut snapshot = Snapshot::take(&ctx.caches, stack)?;
     snapshot.storage_ca_keys = storage_ca_keys(&ctx.client, stack, &snapshot.namespace).await?;
+    snapshot.rules.remote_write_secret_keys =
+        ruler_secret_keys(&ctx.client, &snapshot.rules, &snapshot.namespace).await?;
     snapshot.disruptions_by_zone = disruptions_by_zone(ctx, stack, &snapshot.namespace).await;
     let mut plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
     let scale_down_held = scale_down::step(&ctx.notify, stack, &snapshot, &mut plan).await;

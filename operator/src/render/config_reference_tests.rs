@@ -863,3 +863,46 @@ fn go_operator_limits_and_ring_fields_are_checked_key_by_key() {
         .iter()
         .any(|m| m.path == "ingester.lifecycler.enable_inet6"));
 }
+
+#[test]
+fn the_ruler_config_and_rule_files_use_only_keys_loki_knows() {
+    let reference = reference();
+    let mut spec = zoned_spec(LokiStackSize::Small, 2, &[ZONE]);
+    spec.rules = Some(
+        serde_json::from_value(serde_json::json!({"enabled": true, "selector": {}}))
+            .expect("rules"),
+    );
+    let s = stack("lokistack-dev", spec);
+    let mut eff = effective(&s.spec);
+    eff.ruler = crate::ruler::settings::input(
+        Some(Vec::new()),
+        Some(&crate::ruler::settings::full_ruler_config()),
+    );
+    let config = loki_config(&s, &eff).expect("config");
+    let runtime = runtime_config(&s, &eff);
+    assert_eq!(check(&reference, &reference.root, &config), []);
+    assert_eq!(check(&reference, &reference.runtime, &runtime), []);
+    for key in [
+        "backend: local",
+        "  alertmanager_url: http://_web._tcp.alertmanager.monitoring.svc,http://_web._tcp.am2.monitoring.svc",
+        "  external_labels:\n    cluster: eu-1",
+        "write_relabel_configs:",
+        "password_file: /etc/loki/ruler/remote-write/password",
+        // Doubled: Loki's -config.expand-env turns $$ back into $, so $1 stays $1.
+        "replacement: $${2}$$1",
+        "basic_auth_password: p$$ss",
+    ] {
+        assert!(config.contains(key), "config.yaml lacks {key}:\n{config}");
+    }
+    assert!(runtime.contains("ruler_alertmanager_config"), "{runtime}");
+    assert!(
+        runtime.contains("\"p$ss\""),
+        "the runtime config is read as written: {runtime}"
+    );
+    // A slip inside a described supplement is caught too.
+    let slip = config.replacen("password_file:", "pasword_file:", 1);
+    assert_ne!(slip, config);
+    assert!(check(&reference, &reference.root, &slip)
+        .iter()
+        .any(|m| m.problem.contains("not a key")));
+}

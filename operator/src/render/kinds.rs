@@ -2,6 +2,7 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{ApiResource, GroupVersionKind};
 
 use crate::render::{Child, ServerCapabilities};
@@ -13,16 +14,18 @@ pub enum ChildKind {
     ServiceAccount,
     ConfigMap,
     Service,
+    NetworkPolicy,
     Deployment,
     StatefulSet,
     PodDisruptionBudget,
 }
 
 impl ChildKind {
-    pub const ALL: [ChildKind; 6] = [
+    pub const ALL: [ChildKind; 7] = [
         ChildKind::ServiceAccount,
         ChildKind::ConfigMap,
         ChildKind::Service,
+        ChildKind::NetworkPolicy,
         ChildKind::Deployment,
         ChildKind::StatefulSet,
         ChildKind::PodDisruptionBudget,
@@ -33,6 +36,7 @@ impl ChildKind {
             ChildKind::ServiceAccount => "ServiceAccount",
             ChildKind::ConfigMap => "ConfigMap",
             ChildKind::Service => "Service",
+            ChildKind::NetworkPolicy => "NetworkPolicy",
             ChildKind::Deployment => "Deployment",
             ChildKind::StatefulSet => "StatefulSet",
             ChildKind::PodDisruptionBudget => "PodDisruptionBudget",
@@ -44,6 +48,7 @@ impl ChildKind {
             Child::ServiceAccount(_) => ChildKind::ServiceAccount,
             Child::ConfigMap(_) => ChildKind::ConfigMap,
             Child::Service(_) => ChildKind::Service,
+            Child::NetworkPolicy(_) => ChildKind::NetworkPolicy,
             Child::Deployment(_) => ChildKind::Deployment,
             Child::StatefulSet(_) => ChildKind::StatefulSet,
             Child::PodDisruptionBudget(_) => ChildKind::PodDisruptionBudget,
@@ -57,6 +62,7 @@ impl ChildKind {
             ChildKind::ServiceAccount => ApiResource::erase::<ServiceAccount>(&()),
             ChildKind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
             ChildKind::Service => ApiResource::erase::<Service>(&()),
+            ChildKind::NetworkPolicy => ApiResource::erase::<NetworkPolicy>(&()),
             ChildKind::Deployment => ApiResource::erase::<Deployment>(&()),
             ChildKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
             ChildKind::PodDisruptionBudget => {

@@ -7,6 +7,8 @@
 
 pub mod kinds;
 pub mod limits;
+pub mod network;
+pub mod rules;
 
 #[cfg(test)]
 mod config_reference_tests;
@@ -18,6 +20,7 @@ use std::sync::OnceLock;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ObjectMeta;
 use kube::ResourceExt;
@@ -30,6 +33,7 @@ use crate::model::api::{LokiStack, MemberListSpec, ObjectStorageSchemaVersion};
 use crate::model::defaults::{Component, EffectiveComponent, EffectiveStack, WorkloadKind};
 use crate::model::names;
 use crate::model::storage;
+use crate::ruler::names as rulernames;
 
 /// Templates, embedded at build time: (name, source).
 const TEMPLATES: &[(&str, &str)] = &[
@@ -60,6 +64,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/pdb.yaml.tera"),
     ),
     (
+        "networkpolicy.yaml.tera",
+        include_str!("../../../templates/networkpolicy.yaml.tera"),
+    ),
+    (
         "serviceaccount.yaml.tera",
         include_str!("../../../templates/serviceaccount.yaml.tera"),
     ),
@@ -81,6 +89,8 @@ pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(
     env!("CARGO_PKG_VERSION")
 );
 pub const DEFAULT_ZONE_WAIT_TIMEOUT: &str = "10m";
+/// The namespace `make deploy` installs the operator in.
+pub const DEFAULT_OPERATOR_NAMESPACE: &str = "loki-zone-operator-system";
 
 /// The operator's own settings that shape what it renders.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +100,9 @@ pub struct Settings {
     pub operator_image: String,
     /// How long the init container waits for the zone annotation (e.g. `10m`).
     pub zone_wait_timeout: String,
+    /// The operator's own namespace: its pods ask ingesters to leave the ring, which
+    /// the stacks' NetworkPolicies must let through.
+    pub operator_namespace: String,
 }
 
 impl Default for Settings {
@@ -98,6 +111,7 @@ impl Default for Settings {
             loki_image: DEFAULT_LOKI_IMAGE.into(),
             operator_image: DEFAULT_OPERATOR_IMAGE.into(),
             zone_wait_timeout: DEFAULT_ZONE_WAIT_TIMEOUT.into(),
+            operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
         }
     }
 }
@@ -186,6 +200,7 @@ pub enum Child {
     ServiceAccount(ServiceAccount),
     ConfigMap(ConfigMap),
     Service(Service),
+    NetworkPolicy(NetworkPolicy),
     Deployment(Deployment),
     StatefulSet(StatefulSet),
     PodDisruptionBudget(PodDisruptionBudget),
@@ -197,6 +212,7 @@ impl Child {
             Child::ServiceAccount(_) => "ServiceAccount",
             Child::ConfigMap(_) => "ConfigMap",
             Child::Service(_) => "Service",
+            Child::NetworkPolicy(_) => "NetworkPolicy",
             Child::Deployment(_) => "Deployment",
             Child::StatefulSet(_) => "StatefulSet",
             Child::PodDisruptionBudget(_) => "PodDisruptionBudget",
@@ -208,6 +224,7 @@ impl Child {
             Child::ServiceAccount(o) => &o.metadata,
             Child::ConfigMap(o) => &o.metadata,
             Child::Service(o) => &o.metadata,
+            Child::NetworkPolicy(o) => &o.metadata,
             Child::Deployment(o) => &o.metadata,
             Child::StatefulSet(o) => &o.metadata,
             Child::PodDisruptionBudget(o) => &o.metadata,
@@ -224,6 +241,7 @@ impl Child {
             Child::ServiceAccount(o) => serde_json::to_value(o),
             Child::ConfigMap(o) => serde_json::to_value(o),
             Child::Service(o) => serde_json::to_value(o),
+            Child::NetworkPolicy(o) => serde_json::to_value(o),
             Child::Deployment(o) => serde_json::to_value(o),
             Child::StatefulSet(o) => serde_json::to_value(o),
             Child::PodDisruptionBudget(o) => serde_json::to_value(o),
@@ -306,6 +324,7 @@ pub fn parse(doc: &Document) -> Result<Child, RenderError> {
         "ServiceAccount" => Child::ServiceAccount(parse_as(doc)?),
         "ConfigMap" => Child::ConfigMap(parse_as(doc)?),
         "Service" => Child::Service(parse_as(doc)?),
+        "NetworkPolicy" => Child::NetworkPolicy(parse_as(doc)?),
         "Deployment" => Child::Deployment(parse_as(doc)?),
         "StatefulSet" => Child::StatefulSet(parse_as(doc)?),
         "PodDisruptionBudget" => Child::PodDisruptionBudget(parse_as(doc)?),
@@ -417,6 +436,17 @@ fn loki_config_with(
         .schemas
         .last()
         .is_some_and(|s| s.version == ObjectStorageSchemaVersion::V13);
+    let ruler = match eff.component(Component::Ruler) {
+        Some(_) => json!({
+            "local": rules::local_rules(eff),
+            "rules_dir": rulernames::RULES_DIR,
+            "settings": rules::ruler_settings_yaml(eff).map_err(|e| RenderError::Template {
+                template: "loki-config.yaml.tera",
+                message: format!("the RulerConfig settings: {e}"),
+            })?,
+        }),
+        None => Value::Null,
+    };
     let ctx = json!({
         "ports": {"http": names::PORT_HTTP, "grpc": names::PORT_GRPC, "gossip": names::PORT_GOSSIP},
         "paths": {"data": names::DATA_DIR, "wal": names::WAL_DIR, "ring_tokens": names::RING_TOKENS_FILE},
@@ -427,7 +457,7 @@ fn loki_config_with(
         "schemas": schemas,
         "boltdb": boltdb,
         "allow_structured_metadata": v13_last,
-        "ruler": eff.component(Component::Ruler).is_some(),
+        "ruler": ruler,
         "hash_ring": hash_ring_ctx(stack),
         "otlp_set": limits::otlp_set(stack.spec.limits.as_ref()),
         "limits": sizing(eff),
@@ -598,6 +628,27 @@ fn container(
     })
 }
 
+/// The ruler's rule files and remote-write credentials; none for other components.
+fn ruler_volumes(
+    eff: &EffectiveStack,
+    comp: Component,
+    rule_maps: &[rules::RulesConfigMap],
+) -> Value {
+    let ruler = comp == Component::Ruler;
+    let remote_write = eff
+        .ruler
+        .remote_write_secret
+        .as_ref()
+        .filter(|_| ruler)
+        .map(|secret| {
+            json!({"name": rulernames::VOLUME_REMOTE_WRITE_SECRET, "mount_path": rulernames::REMOTE_WRITE_SECRET_DIR, "secret": secret})
+        });
+    json!({
+        "rule_volumes": if ruler { rules::volumes(rule_maps) } else { json!([]) },
+        "remote_write_volume": remote_write,
+    })
+}
+
 fn merge(into: &mut Value, from: Value) {
     if let (Some(into), Value::Object(from)) = (into.as_object_mut(), from) {
         into.extend(from);
@@ -615,15 +666,29 @@ fn update_strategy(eff: &EffectiveStack) -> &'static str {
     }
 }
 
+/// What the objects of every component of a stack are rendered with, beside the stack.
+struct Shared<'a> {
+    settings: &'a Settings,
+    caps: &'a ServerCapabilities,
+    /// The config file each component reads, and its hash.
+    hashes: &'a ConfigHashes,
+    /// The ruler's rules ConfigMaps, which its pods mount.
+    rule_maps: &'a [rules::RulesConfigMap],
+}
+
 fn workload(
     stack: &LokiStack,
     name: &str,
     eff: &EffectiveStack,
     c: &EffectiveComponent,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-    config: &ConfigHashes,
+    shared: &Shared<'_>,
 ) -> Result<Document, RenderError> {
+    let Shared {
+        settings,
+        caps,
+        hashes: config,
+        rule_maps,
+    } = shared;
     let comp = c.component;
     let kind = comp.kind();
     let (config_file, config_hash) = config.of(comp);
@@ -657,6 +722,7 @@ fn workload(
     });
     merge(&mut ctx, container(stack, c, settings, config_file));
     merge(&mut ctx, pod_volumes(stack, c));
+    merge(&mut ctx, ruler_volumes(eff, comp, rule_maps));
     match kind {
         WorkloadKind::Deployment => document("deployment.yaml.tera", "Deployment", &ctx),
         WorkloadKind::StatefulSet => document("statefulset.yaml.tera", "StatefulSet", &ctx),
@@ -715,13 +781,64 @@ pub fn documents(
     )?];
     let (config_map, hashes) = config_map(stack, eff, &name)?;
     out.push(config_map);
+    let rule_maps = rule_config_maps(eff, &name)?;
+    for cm in &rule_maps {
+        out.push(rules_config_map(stack, &name, cm)?);
+    }
     out.push(gossip_service(stack, &name)?);
+    for p in network::policies(stack, eff, &settings.operator_namespace) {
+        let ctx = json!({
+            "stack": stack_ctx(stack),
+            "name": p.name,
+            "labels": common,
+            "pod_selector": p.pod_selector,
+            "policy_types": p.policy_types,
+            "ingress": p.ingress,
+            "egress": p.egress,
+        });
+        out.push(document("networkpolicy.yaml.tera", "NetworkPolicy", &ctx)?);
+    }
+    let shared = Shared {
+        settings,
+        caps,
+        hashes: &hashes,
+        rule_maps: &rule_maps,
+    };
     for c in &eff.components {
-        out.extend(component_documents(
-            stack, &name, eff, c, settings, caps, &hashes,
-        )?);
+        out.extend(component_documents(stack, &name, eff, c, &shared)?);
     }
     Ok(out)
+}
+
+/// The rules ConfigMaps of a ruler that reads rule files; none otherwise.
+fn rule_config_maps(
+    eff: &EffectiveStack,
+    name: &str,
+) -> Result<Vec<rules::RulesConfigMap>, RenderError> {
+    match (&eff.ruler.files, rules::local_rules(eff)) {
+        (Some(files), true) => rules::config_maps(name, files).map_err(|e| RenderError::Template {
+            template: "rule files",
+            message: e.to_string(),
+        }),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn rules_config_map(
+    stack: &LokiStack,
+    name: &str,
+    cm: &rules::RulesConfigMap,
+) -> Result<Document, RenderError> {
+    let annotations: BTreeMap<&str, &str> =
+        [(rulernames::ANNOTATION_RULES_TENANT, cm.tenant.as_str())].into();
+    let ctx = json!({
+        "stack": stack_ctx(stack),
+        "name": cm.name,
+        "labels": component_labels(name, Component::Ruler),
+        "annotations": annotations,
+        "files": cm.files,
+    });
+    document("configmap.yaml.tera", "ConfigMap", &ctx)
 }
 
 /// The config file each component reads, with the hash that rolls its pods when that
@@ -777,7 +894,7 @@ fn config_map(
             names::RUNTIME_CONFIG_FILE.to_string(),
             render_text(
                 "runtime-config.yaml.tera",
-                &json!({"overrides": limits::tenant_overrides(stack.spec.limits.as_ref())}),
+                &json!({"overrides": runtime_overrides(stack, eff)}),
             )?,
         ),
     ]
@@ -787,6 +904,22 @@ fn config_map(
     }
     let ctx = json!({"stack": stack_ctx(stack), "name": names::config_map_name(name), "labels": common_labels(name), "files": files});
     Ok((document("configmap.yaml.tera", "ConfigMap", &ctx)?, hashes))
+}
+
+/// Per tenant, its limits (`spec.limits.tenants`) and its Alertmanager
+/// (`RulerConfig.spec.overrides`).
+fn runtime_overrides(stack: &LokiStack, eff: &EffectiveStack) -> Value {
+    let mut overrides = limits::tenant_overrides(stack.spec.limits.as_ref());
+    let ruler = eff.component(Component::Ruler).is_some();
+    for (tenant, am) in eff.ruler.tenant_overrides.iter().filter(|_| ruler) {
+        if let Some(map) = overrides.as_object_mut() {
+            let entry = map.entry(tenant.clone()).or_insert_with(|| json!({}));
+            if let Some(e) = entry.as_object_mut() {
+                e.insert("ruler_alertmanager_config".into(), am.clone());
+            }
+        }
+    }
+    overrides
 }
 
 /// The headless Service through which ring members find each other; it publishes pods
@@ -814,9 +947,7 @@ fn component_documents(
     name: &str,
     eff: &EffectiveStack,
     c: &EffectiveComponent,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-    hashes: &ConfigHashes,
+    shared: &Shared<'_>,
 ) -> Result<Vec<Document>, RenderError> {
     let comp = c.component;
     let labels = component_labels(name, comp);
@@ -846,7 +977,7 @@ fn component_documents(
             true,
             false,
         )?,
-        workload(stack, name, eff, c, settings, caps, hashes)?,
+        workload(stack, name, eff, c, shared)?,
         document("pdb.yaml.tera", "PodDisruptionBudget", &pdb_ctx)?,
     ])
 }

@@ -2,6 +2,8 @@
 //! plan and what the apply step did. It is written once per reconcile, and only when it
 //! differs from what the stack already shows.
 
+pub mod rules;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -455,6 +457,7 @@ fn warnings(
         ));
     }
     out.extend(evictions_off(plan));
+    out.extend(rules_warning(plan));
     out.extend(migration_warnings(plan));
     if let Some(a) = &plan.findings.annotation {
         out.push((Reason::InvalidAnnotation, format!("{a}. Fix or remove it")));
@@ -483,6 +486,20 @@ fn evictions_off(plan: &Plan) -> Option<(Reason, String)> {
             ),
         )
     })
+}
+
+/// Rules the stack picks that are not loaded, and what keeps rules from being picked.
+fn rules_warning(plan: &Plan) -> Option<(Reason, String)> {
+    let r = &plan.findings.rules;
+    let mut parts = Vec::new();
+    if !r.not_loaded.is_empty() {
+        parts.push(format!(
+            "these rules are picked by spec.rules but not loaded, each for the reason given (its Ready condition says the same); fix them and they load without a restart: {}",
+            r.not_loaded.join(", ")
+        ));
+    }
+    parts.extend(r.notes.iter().cloned());
+    (!parts.is_empty()).then(|| (Reason::RulesNotLoaded, parts.join("; ")))
 }
 
 /// What a stack migrated from the Go Loki Operator carries that this operator does not

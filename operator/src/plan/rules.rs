@@ -1,0 +1,263 @@
+//! What the ruler of a stack is given: the rule files of the rules it picks that are
+//! valid, and its RulerConfig; and what the stack's status says about the rest.
+//!
+//! A rule found wrong is left out, alone: the others of its tenant still load (Loki
+//! refuses a tenant's whole rule set when one file does not parse). A RulerConfig found
+//! wrong, or a remote-write Secret that is missing or lacks a key, holds the stack back
+//! instead: rendered without them, the ruler would stop sending alerts or series it
+//! sends now.
+
+use crate::model::api::LokiStack;
+use crate::model::conditions::Reason;
+use crate::model::defaults::{RuleFile, RulerInput};
+use crate::observe::{PickedRule, PickedSpec, Snapshot};
+use crate::ruler::check::{check_alerting_rule, check_recording_rule, check_ruler_config};
+use crate::ruler::settings;
+
+/// What the stack's status says about its rules.
+#[derive(Debug, Default, PartialEq)]
+pub struct RuleFindings {
+    /// Picked rules that are not loaded, each with why (`AlertingRule ns/name: ...`).
+    pub not_loaded: Vec<String>,
+    /// Why the stack is held back, when its RulerConfig or remote-write Secret is wrong.
+    pub hold: Option<(Reason, String)>,
+    /// What else the user should know (rule kinds the server does not serve).
+    pub notes: Vec<String>,
+}
+
+/// The file and the errors of one picked rule.
+pub fn check(rule: &PickedRule) -> Result<RuleFile, Vec<String>> {
+    let spec = rule
+        .spec
+        .as_ref()
+        .map_err(|e| vec![format!("the stored object cannot be read: {e}")])?;
+    let (errors, tenant, groups) = match spec {
+        PickedSpec::Alerting(s) => (
+            check_alerting_rule(s),
+            &s.tenant_id,
+            serde_json::to_value(&s.groups),
+        ),
+        PickedSpec::Recording(s) => (
+            check_recording_rule(s),
+            &s.tenant_id,
+            serde_json::to_value(&s.groups),
+        ),
+    };
+    if !errors.is_empty() {
+        return Err(errors.iter().map(ToString::to_string).collect());
+    }
+    let groups = groups.map_err(|e| vec![e.to_string()])?;
+    Ok(RuleFile {
+        key: format!("{}-{}-{}.yaml", rule.namespace, rule.name, rule.uid),
+        tenant: tenant.clone(),
+        groups,
+    })
+}
+
+pub fn plan(stack: &LokiStack, snapshot: &Snapshot) -> (RulerInput, RuleFindings) {
+    let mut findings = RuleFindings::default();
+    let Some(spec) = stack.spec.rules.as_ref().filter(|r| r.enabled) else {
+        return (RulerInput::default(), findings);
+    };
+    let observed = &snapshot.rules;
+    let files = spec.selector.is_some().then(|| {
+        observed
+            .picked
+            .iter()
+            .filter_map(|rule| match check(rule) {
+                Ok(file) => Some(file),
+                Err(errors) => {
+                    findings
+                        .not_loaded
+                        .push(format!("{} ({})", rule.label(), errors.join("; ")));
+                    None
+                }
+            })
+            .collect()
+    });
+    if spec.selector.is_some() {
+        for kind in observed
+            .unserved
+            .iter()
+            .filter(|k| **k != crate::caches::rules::RuleKind::RulerConfig)
+        {
+            findings.notes.push(format!(
+                "the {} CRD is not installed, so no {} is loaded; install it (make deploy) and restart the operator",
+                kind.crd_name(),
+                kind.kind()
+            ));
+        }
+    }
+    let config = match &observed.ruler_config {
+        None => None,
+        Some(Err(e)) => {
+            findings.hold = Some((
+                Reason::InvalidRulerConfig,
+                format!(
+                    "the RulerConfig {} cannot be read: {e}. Fix it",
+                    snapshot.name
+                ),
+            ));
+            None
+        }
+        Some(Ok(c)) => {
+            let errors = check_ruler_config(c);
+            if !errors.is_empty() {
+                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                findings.hold = Some((
+                    Reason::InvalidRulerConfig,
+                    format!(
+                        "the RulerConfig {} is invalid: {}. Fix it; until then the ruler keeps its current settings",
+                        snapshot.name,
+                        list.join("; ")
+                    ),
+                ));
+            }
+            Some(c.clone())
+        }
+    };
+    if let Some(client) = config
+        .as_ref()
+        .and_then(|c| c.remote_write.as_ref())
+        .and_then(|rw| rw.client.as_ref())
+    {
+        let name = &client.authorization_secret_name;
+        let needed = client.authorization_type.secret_keys();
+        match &observed.remote_write_secret_keys {
+            None => {
+                findings.hold.get_or_insert((
+                    Reason::MissingRulerSecret,
+                    format!(
+                        "the remote-write Secret {name:?} (RulerConfig spec.remoteWrite.client.authorizationSecretName) does not exist in namespace {}. Create it with the keys {}",
+                        snapshot.namespace,
+                        needed.join(" and ")
+                    ),
+                ));
+            }
+            Some(keys) => {
+                let missing: Vec<&str> = needed
+                    .iter()
+                    .copied()
+                    .filter(|k| !keys.contains(*k))
+                    .collect();
+                if !missing.is_empty() {
+                    findings.hold.get_or_insert((
+                        Reason::InvalidRulerSecret,
+                        format!(
+                            "the remote-write Secret {name:?} lacks the non-empty keys {} that authorization {:?} needs",
+                            missing.join(", "),
+                            client.authorization_type.as_str()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    (settings::input(files, config.as_ref()), findings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caches::rules::RuleKind;
+    use crate::model::api::LokiStackSize;
+    use crate::observe::RulesObserved;
+    use crate::testing::{stack, stack_spec};
+    use serde_json::json;
+
+    fn picked(name: &str, spec: serde_json::Value) -> PickedRule {
+        PickedRule {
+            kind: RuleKind::AlertingRule,
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            spec: Ok(PickedSpec::Alerting(
+                serde_json::from_value(spec).expect("spec"),
+            )),
+        }
+    }
+
+    fn ruled_stack(selector: bool) -> LokiStack {
+        let mut spec = stack_spec(LokiStackSize::Demo);
+        spec.rules = Some(
+            serde_json::from_value(if selector {
+                json!({"enabled": true, "selector": {}})
+            } else {
+                json!({"enabled": true})
+            })
+            .expect("rules"),
+        );
+        stack("s", spec)
+    }
+
+    #[test]
+    fn valid_rules_become_files_and_an_invalid_one_is_named_and_left_out() {
+        let s = ruled_stack(true);
+        let snap = Snapshot {
+            namespace: "ns".into(),
+            name: "s".into(),
+            rules: RulesObserved {
+                picked: vec![
+                    picked(
+                        "good",
+                        json!({"tenantID": "application", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate({a=\"b\"}[5m])) > 1"}]}]}),
+                    ),
+                    picked(
+                        "bad",
+                        json!({"tenantID": "application", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "{a=\"b\"}"}]}]}),
+                    ),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (input, findings) = plan(&s, &snap);
+        let files = input.files.expect("files");
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].key, "ns-good-uid-good.yaml");
+        assert_eq!(files[0].tenant, "application");
+        assert_eq!(findings.not_loaded.len(), 1);
+        assert!(findings.not_loaded[0].starts_with("AlertingRule ns/bad (spec.groups[0].rules[0].expr: at column 1: this is a log query"), "{:?}", findings.not_loaded);
+        assert!(findings.hold.is_none());
+    }
+
+    #[test]
+    fn without_a_selector_rules_stay_in_the_object_store() {
+        let (input, findings) = plan(&ruled_stack(false), &Snapshot::default());
+        assert_eq!(input.files, None);
+        assert_eq!(findings, RuleFindings::default());
+    }
+
+    #[test]
+    fn a_wrong_ruler_config_or_remote_write_secret_holds_the_stack_back() {
+        let s = ruled_stack(true);
+        let config = |v: serde_json::Value| Some(Ok(serde_json::from_value(v).expect("config")));
+        let mut snap = Snapshot {
+            namespace: "ns".into(),
+            name: "s".into(),
+            ..Default::default()
+        };
+        snap.rules.ruler_config = config(json!({"evaluationInterval": "often"}));
+        let (_, f) = plan(&s, &snap);
+        let (reason, message) = f.hold.expect("held");
+        assert_eq!(reason, Reason::InvalidRulerConfig);
+        assert!(message.contains("spec.evaluationInterval"), "{message}");
+
+        snap.rules.ruler_config = config(json!({"remoteWrite": {"enabled": true, "client": {
+            "name": "m", "url": "https://m.example/api/v1/write", "authorization": "basic", "authorizationSecretName": "rw"}}}));
+        let (input, f) = plan(&s, &snap);
+        assert_eq!(f.hold.map(|h| h.0), Some(Reason::MissingRulerSecret));
+        assert_eq!(input.remote_write_secret.as_deref(), Some("rw"));
+        snap.rules.remote_write_secret_keys = Some(["username".to_string()].into());
+        let (_, f) = plan(&s, &snap);
+        let (reason, message) = f.hold.expect("held");
+        assert_eq!(reason, Reason::InvalidRulerSecret);
+        assert!(
+            message.contains("lacks the non-empty keys password"),
+            "{message}"
+        );
+        snap.rules.remote_write_secret_keys =
+            Some(["username".to_string(), "password".to_string()].into());
+        assert_eq!(plan(&s, &snap).1.hold, None);
+    }
+}
