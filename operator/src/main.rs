@@ -185,6 +185,13 @@ enum Command {
         /// and stderr says so.
         #[arg(long)]
         secret: Option<PathBuf>,
+        /// AlertingRules, RecordingRules and a RulerConfig (`kubectl get alertingrules,
+        /// recordingrules,rulerconfigs -o yaml`; repeatable): with `spec.rules.selector`
+        /// set, render the rule files of those the stack picks in its own namespace, and
+        /// its RulerConfig, as the operator does. Wrong rules are named on stderr and
+        /// left out.
+        #[arg(long = "rules")]
+        rules: Vec<PathBuf>,
         /// Namespace of the rendered objects (default: the manifest's, else `default`).
         #[arg(short = 'n', long)]
         namespace: Option<String>,
@@ -357,6 +364,9 @@ fn render_stack(req: RenderRequest) -> ExitCode {
             if let Some(unresolved) = out.unresolved {
                 eprintln!("warning: {unresolved}");
             }
+            for note in out.rule_notes {
+                eprintln!("warning: {note}");
+            }
             print!("{}", out.yaml);
             ExitCode::SUCCESS
         }
@@ -391,6 +401,7 @@ fn main() -> ExitCode {
             file,
             nodes,
             secret,
+            rules,
             namespace,
             kube_version,
             images,
@@ -398,6 +409,7 @@ fn main() -> ExitCode {
             stack_file: file,
             nodes_file: nodes,
             secret_file: secret,
+            rules_files: rules,
             namespace,
             settings: images.settings(),
             capabilities: kube_version.unwrap_or(ServerCapabilities::MODERN),

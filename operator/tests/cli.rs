@@ -445,3 +445,97 @@ fn render_for_an_old_server_prints_the_api_versions_it_serves() {
         BTreeSet::from(["policy/v1".to_string()])
     );
 }
+
+/// `render --rules` renders the rule files and RulerConfig of the objects the stack
+/// picks, as the operator does; a wrong rule is named on stderr and left out; a wrong
+/// RulerConfig exits 2 naming its field.
+#[test]
+fn render_with_rules_lays_out_the_picked_rules_and_the_ruler_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stack = samples().join("lokistack-zone-aware.yaml");
+    let file = |f: &str| samples().join(f).to_string_lossy().into_owned();
+    let wrong = dir.path().join("wrong.yaml");
+    std::fs::write(
+        &wrong,
+        "apiVersion: loki.grafana.com/v1\nkind: AlertingRule\nmetadata:\n  name: wrong\n  labels:\n    loki-rules: lokistack-zones\nspec:\n  tenantID: application\n  groups:\n  - name: g\n    rules:\n    - alert: A\n      expr: '{app=\"x\"} |= \"error\"'\n---\napiVersion: loki.grafana.com/v1\nkind: AlertingRule\nmetadata:\n  name: unpicked\nspec:\n  tenantID: application\n  groups: []\n",
+    )
+    .expect("write");
+    let (a, r, c) = (
+        file("alertingrule.yaml"),
+        file("recordingrule.yaml"),
+        file("rulerconfig.yaml"),
+    );
+    let wrong_arg = wrong.to_string_lossy().into_owned();
+    let out = run(&[
+        "render",
+        "-f",
+        stack.to_str().unwrap(),
+        "--rules",
+        &a,
+        "--rules",
+        &r,
+        "--rules",
+        &c,
+        "--rules",
+        &wrong_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("AlertingRule default/wrong is not loaded: spec.groups[0].rules[0].expr"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("unpicked"), "{stderr}");
+    let docs: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text(&out.stdout))
+        .map(|d| serde::Deserialize::deserialize(d).expect("document"))
+        .collect();
+    let rules = docs
+        .iter()
+        .find(|d| d["metadata"]["name"].as_str() == Some("lokistack-zones-rules-application-0"))
+        .expect("the tenant's rules ConfigMap");
+    let keys: Vec<&str> = rules["data"]
+        .as_mapping()
+        .expect("data")
+        .keys()
+        .filter_map(|k| k.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "default-application-errors-.yaml",
+            "default-application-log-rates-.yaml"
+        ]
+    );
+    let config = docs
+        .iter()
+        .find(|d| d["metadata"]["name"].as_str() == Some("lokistack-zones-config"))
+        .expect("config");
+    let loki = config["data"]["config.yaml"].as_str().expect("config.yaml");
+    assert!(
+        loki.contains("backend: local")
+            && loki.contains("alertmanager_url: http://alertmanager-operated.monitoring.svc:9093"),
+        "{loki}"
+    );
+
+    let bad = dir.path().join("bad-ruler.yaml");
+    std::fs::write(
+        &bad,
+        std::fs::read_to_string(samples().join("rulerconfig.yaml"))
+            .expect("sample")
+            .replace("evaluationInterval: 1m", "evaluationInterval: often"),
+    )
+    .expect("write");
+    let out = run(&[
+        "render",
+        "-f",
+        stack.to_str().unwrap(),
+        "--rules",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("spec.evaluationInterval"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -211,6 +211,8 @@ pub struct RenderRequest {
     pub nodes_file: Option<PathBuf>,
     /// The storage Secret's manifest: resolves what the operator reads from the Secret.
     pub secret_file: Option<PathBuf>,
+    /// Manifests of AlertingRules, RecordingRules and RulerConfigs (`--rules`).
+    pub rules_files: Vec<PathBuf>,
     pub namespace: Option<String>,
     pub settings: Settings,
     pub capabilities: ServerCapabilities,
@@ -226,6 +228,131 @@ pub struct RenderOutput {
     /// What the operator reads from the storage Secret and this render, without
     /// `--secret`, could not resolve.
     pub unresolved: Option<String>,
+    /// Rules left out, and what an offline render of the ruler cannot know.
+    pub rule_notes: Vec<String>,
+}
+
+/// The objects of `--rules` files: every document, and the items of a List.
+fn rule_objects(file: &Path) -> Result<Vec<serde_json::Value>, CliError> {
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&read(file)?) {
+        let value: serde_json::Value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
+            .map_err(|e| input_err(file, format!("not YAML: {e}")))?;
+        match value["kind"].as_str() {
+            Some("List") => out.extend(value["items"].as_array().cloned().unwrap_or_default()),
+            Some(_) => out.push(value),
+            None if value.is_null() => {}
+            None => return Err(input_err(file, "a document without kind")),
+        }
+    }
+    Ok(out)
+}
+
+/// The ruler's input as the operator would resolve it from the objects of `--rules`:
+/// the rules the stack picks in its own namespace (namespace labels are not known
+/// offline) and its RulerConfig. A wrong rule is left out and named; a wrong RulerConfig
+/// is an input error, as it holds the stack back in the cluster.
+fn ruler_input(
+    req: &RenderRequest,
+    stack: &LokiStack,
+) -> Result<(crate::model::defaults::RulerInput, Vec<String>), CliError> {
+    use crate::caches::rules::{decode, RuleKind};
+    use crate::observe::{PickedRule, PickedSpec};
+    use crate::ruler::api::{AlertingRule, RecordingRule, RulerConfig};
+    let Some(spec) = stack.spec.rules.as_ref().filter(|r| r.enabled) else {
+        return Ok(Default::default());
+    };
+    let namespace = stack
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let name = stack.metadata.name.clone().unwrap_or_default();
+    let mut notes = Vec::new();
+    let mut files = Vec::new();
+    let mut config = None;
+    for file in &req.rules_files {
+        for value in rule_objects(file)? {
+            let obj: kube::api::DynamicObject = serde_json::from_value(value.clone())
+                .map_err(|e| input_err(file, e.to_string()))?;
+            let ns = obj
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| namespace.clone());
+            let kind = match value["kind"].as_str().unwrap_or_default() {
+                "AlertingRule" => RuleKind::AlertingRule,
+                "RecordingRule" => RuleKind::RecordingRule,
+                "RulerConfig" => RuleKind::RulerConfig,
+                other => {
+                    return Err(input_err(
+                        file,
+                        format!(
+                        "kind {other:?}: --rules takes AlertingRule, RecordingRule and RulerConfig"
+                    ),
+                    ))
+                }
+            };
+            let obj_name = obj.metadata.name.clone().unwrap_or_default();
+            if kind == RuleKind::RulerConfig {
+                if ns == namespace && obj_name == name {
+                    let c =
+                        decode::<RulerConfig>(&obj).map_err(|e| input_err(file, e.to_string()))?;
+                    let errors = crate::ruler::check::check_ruler_config(&c.spec);
+                    if !errors.is_empty() {
+                        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                        return Err(input_err(
+                            file,
+                            format!("RulerConfig {obj_name}: {}", list.join("; ")),
+                        ));
+                    }
+                    config = Some(c.spec);
+                }
+                continue;
+            }
+            let labels = obj.metadata.labels.clone().unwrap_or_default();
+            if ns != namespace {
+                if crate::ruler::check::selects(spec, &namespace, &namespace, &labels, None) {
+                    notes.push(format!("{} {ns}/{obj_name} is in another namespace, whose labels are not known offline: not rendered", kind.kind()));
+                }
+                continue;
+            }
+            if !crate::ruler::check::selects(spec, &namespace, &ns, &labels, None) {
+                continue;
+            }
+            let rule = PickedRule {
+                kind,
+                namespace: ns,
+                name: obj_name,
+                uid: obj.metadata.uid.clone().unwrap_or_default(),
+                spec: match kind {
+                    RuleKind::AlertingRule => {
+                        decode::<AlertingRule>(&obj).map(|r| PickedSpec::Alerting(r.spec))
+                    }
+                    _ => decode::<RecordingRule>(&obj).map(|r| PickedSpec::Recording(r.spec)),
+                },
+            };
+            match crate::plan::rules::check(&rule) {
+                Ok(f) => files.push(f),
+                Err(errors) => notes.push(format!(
+                    "{} is not loaded: {}",
+                    rule.label(),
+                    errors.join("; ")
+                )),
+            }
+        }
+    }
+    let files = spec.selector.is_some().then_some(files);
+    if files.is_some() && req.rules_files.is_empty() {
+        notes.push("spec.rules.selector is set but no --rules were given: the ruler gets no rule files (the operator renders those of the rules it picks in the cluster)".into());
+    }
+    if files
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|r| r.key.ends_with("-.yaml")))
+    {
+        notes.push("a rule without metadata.uid (not from kubectl get): its file name differs from the cluster's".into());
+    }
+    Ok((crate::ruler::settings::input(files, config.as_ref()), notes))
 }
 
 /// The object store parameters from `--secret`, else the defaults and what they leave
@@ -276,6 +403,8 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
     let mut eff = effective(&stack.spec);
     let unresolved;
     (eff.store, unresolved) = store(req, &stack)?;
+    let rule_notes;
+    (eff.ruler, rule_notes) = ruler_input(req, &stack)?;
     let mut report = None;
     if let Some(nodes_file) = &req.nodes_file {
         let nodes = parse_nodes(nodes_file, &read(nodes_file)?)?;
@@ -300,5 +429,6 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
         report,
         warning,
         unresolved,
+        rule_notes,
     })
 }
