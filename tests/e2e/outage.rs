@@ -992,9 +992,11 @@ pub(super) async fn runbook_commands_move_the_compactor_out_of_a_lost_zone(
             }))
         })
         .await?;
+        // The StatefulSet may not have recreated the pod yet (under load it takes a
+        // while): then there is nothing to delete, as for a user.
         admin_sh(
             env,
-            &format!("kubectl -n {OUTAGE_NS} delete pod {compactor}"),
+            &format!("kubectl -n {OUTAGE_NS} delete pod {compactor} --ignore-not-found"),
         )?;
         let moved = ready_outside(env, &compactor, &lost_zone).await?;
         println!("    compactor moved by hand from {lost_zone} to {moved}");
