@@ -2,7 +2,8 @@
 # the network namespace, starts the control plane, kube-proxy and NODES real nodes, and
 # returns once they are Ready, with the teardown trapped on EXIT (Ctrl-C and SIGTERM
 # exit through it). See run-demo.sh for the environment it reads; also
-# EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE.
+# EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE, and
+# CLUSTER_DNS=1 starts a cluster DNS for the pods (cluster-dns.py).
 # Leaves for the caller: W (work dir), NS, BIN, KC, kubectl (a function, inside the
 # namespace), the PIDs (CP_PIDS/CP_NAMES, HOLDER, CONTAINERD, KUBELET), names (the
 # nodes), log, die, in_node, mntns_pids, cgroup_pids, t0 (API server start).
@@ -273,6 +274,15 @@ if [ "$KUBE_PROXY" = 1 ]; then
     --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 --v=1
 fi
 
+# A cluster DNS (CLUSTER_DNS=1): hack/real-node/cluster-dns.py on the bridge address,
+# answering Service names from the API server, as CoreDNS would; the kubelets give it to
+# pods as clusterDNS. Loki's configuration names Services; the operator needs none.
+if [ "${CLUSTER_DNS:-0}" = 1 ]; then
+  start_cp cluster-dns python3 "$here/cluster-dns.py" --listen "$APISERVER_IP" --api "$API" \
+    --token "$ADMIN_TOKEN" --ca "$W/cp/certs/apiserver.crt"
+  log "cluster DNS (cluster.local) on $APISERVER_IP:53"
+fi
+
 # ---------------------------------------------------------------- images
 log "building the pause and demo images"
 "$here/images/make-images.sh" "$W/images" >"$W/logs/images.log"
@@ -377,6 +387,7 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: $d/resolv.conf
+$([ "${CLUSTER_DNS:-0}" = 1 ] && printf 'clusterDNS: [%s]\nclusterDomain: cluster.local' "$APISERVER_IP")
 maxPods: 20
 serializeImagePulls: false
 runtimeRequestTimeout: 2m
