@@ -6,7 +6,8 @@
 #                  own effective config and in the ring, lines pushed, one zone stopped
 #                  (kubelet, containerd, every container; its addresses dropped), lines
 #                  pushed during the outage, a surviving ingester restarted and Ready,
-#                  lines pushed again, and every line queried back.
+#                  lines pushed again, every line queried back, and the surviving
+#                  ingesters' chunks flushed to the bucket.
 #
 # Object storage: moto's S3 server (PyPI `moto[server]`, in memory), in the test's network
 # namespace on the bridge address, outside every zone, as a regional S3 bucket is. A
@@ -220,6 +221,26 @@ for s in json.load(sys.stdin)["shards"]:
   assert "every accepted line queried back through the query frontend with $dead_zone down: $(jq_field "$q" found) of $(jq_field "$q" expected), lost $(jq_field "$q" lost), duplicates $(jq_field "$q" duplicates)" \
     [ "$(jq_field "$q" lost)/$(jq_field "$q" expected)" = "0/$((3 * LOKI_STREAMS * LOKI_LINES))" ]
   TIME[outage_total]=$(secs "$t_out")
+
+  # ---- 8. the object store: the surviving ingesters flush their chunks to the bucket
+  # (through Service minio, as configured by the operator from the Secret)
+  local before after ing_ips
+  s3_keys() { # objects under the tenant's prefix (chunks), or ? if the listing fails
+    local xml
+    xml=$(in_ns curl -sf "http://$APISERVER_IP:$LOKI_S3_PORT/loki?list-type=2&prefix=$LOKI_TENANT/") || { echo "?"; return; }
+    grep -o '<Key>' <<<"$xml" | wc -l || true
+  }
+  before=$(s3_keys)
+  ing_ips=$(awk -v d="$dead" '$6 == "ingester" && $2 != d && $4 == "True" {print $5}' <<<"$(loki_pods)")
+  for ip in $ing_ips; do in_ns curl -s -o /dev/null -X POST --max-time 10 "http://$ip:3100/flush" || true; done
+  deadline=$(($(date +%s) + 60))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    after=$(s3_keys)
+    [ "$after" != "?" ] && [ "$before" != "?" ] && [ "$after" -gt "$before" ] && break
+    sleep 1
+  done
+  assert "the surviving ingesters' flush wrote chunks of tenant $LOKI_TENANT to the bucket through Service minio: $before objects before, ${after:-?} after" \
+    bash -c "[ '$before' != '?' ] && [ '$after' != '?' ] && [ '$after' -gt '$before' ]"
 }
 
 loki_figures() {
