@@ -2,7 +2,8 @@
 # the network namespace, starts the control plane, kube-proxy and NODES real nodes, and
 # returns once they are Ready, with the teardown trapped on EXIT (Ctrl-C and SIGTERM
 # exit through it). See run-demo.sh for the environment it reads; also
-# EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE.
+# EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE, and
+# CLUSTER_DNS=1 starts a cluster DNS for the pods (cluster-dns.py).
 # Leaves for the caller: W (work dir), NS, BIN, KC, kubectl (a function, inside the
 # namespace), the PIDs (CP_PIDS/CP_NAMES, HOLDER, CONTAINERD, KUBELET), names (the
 # nodes), log, die, in_node, mntns_pids, cgroup_pids, t0 (API server start).
@@ -225,14 +226,24 @@ start_cp kube-apiserver "$BIN/kube-apiserver" \
   --default-not-ready-toleration-seconds=10 --default-unreachable-toleration-seconds=10 \
   --kubelet-preferred-address-types=InternalIP --v=1 \
   ${AGGREGATOR_ROUTING:+--enable-aggregator-routing="$AGGREGATOR_ROUTING"}
-for _ in $(seq 180); do
+# Up to 180 s: 4-14 s here, but once (of ~20 runs, with two other test suites and
+# builds on the 2 cores) it was not listening after 90 s.
+for _ in $(seq 360); do
+  kill -0 "${CP_PIDS[0]}" 2>/dev/null && kill -0 "${CP_PIDS[1]}" 2>/dev/null || break # etcd, kube-apiserver
   [ -s "$W/cp/certs/apiserver.crt" ] &&
     [ "$(nsenter --net="/run/netns/$NS" curl -s -o /dev/null -w '%{http_code}' \
       --cacert "$W/cp/certs/apiserver.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$API/readyz")" = 200 ] && break
   sleep 0.5
 done
 kubeconfig "$KC" real-node-admin "$ADMIN_TOKEN"
-kubectl get --raw /readyz >/dev/null || die "kube-apiserver not ready; see $W/logs/kube-apiserver.log"
+if ! kubectl get --raw /readyz >/dev/null; then
+  # The work dir goes with the teardown: show why here (CI keeps only the output).
+  for l in etcd kube-apiserver; do
+    log "--- last lines of $l's log:"
+    tail -n 15 "$W/logs/$l.log" | cut -c1-300 >&2
+  done
+  die "kube-apiserver not ready (exited, or not ready after 180 s); see $W/logs/kube-apiserver.log"
+fi
 log "kube-apiserver ready after $(echo "$(date +%s.%N) - $t0" | bc)s"
 # For clients outside the namespace (a test process, the operator under test): a
 # forwarder on the host's loopback whose every connection is relayed into the
@@ -271,6 +282,15 @@ if [ "$KUBE_PROXY" = 1 ]; then
     --conntrack-max-per-core=0 --conntrack-min=0 \
     --conntrack-tcp-timeout-established=0 --conntrack-tcp-timeout-close-wait=0 \
     --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 --v=1
+fi
+
+# A cluster DNS (CLUSTER_DNS=1): hack/real-node/cluster-dns.py on the bridge address,
+# answering Service names from the API server, as CoreDNS would; the kubelets give it to
+# pods as clusterDNS. Loki's configuration names Services; the operator needs none.
+if [ "${CLUSTER_DNS:-0}" = 1 ]; then
+  start_cp cluster-dns python3 "$here/cluster-dns.py" --listen "$APISERVER_IP" --api "$API" \
+    --token "$ADMIN_TOKEN" --ca "$W/cp/certs/apiserver.crt"
+  log "cluster DNS (cluster.local) on $APISERVER_IP:53"
 fi
 
 # ---------------------------------------------------------------- images
@@ -377,6 +397,7 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%, imagefs.available: 
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 resolvConf: $d/resolv.conf
+$([ "${CLUSTER_DNS:-0}" = 1 ] && printf 'clusterDNS: [%s]\nclusterDomain: cluster.local' "$APISERVER_IP")
 maxPods: 20
 serializeImagePulls: false
 runtimeRequestTimeout: 2m

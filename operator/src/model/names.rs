@@ -89,6 +89,15 @@ pub const ZONE_MOUNT_DIR: &str = "/etc/az-annotation";
 pub const ZONE_FILE_NAME: &str = "az";
 
 pub const PORT_HTTP: i32 = 3100;
+/// Loki's readiness endpoint, the readiness probe of every component but the query
+/// frontend.
+pub const PATH_READY: &str = "/ready";
+/// Loki's build information: the liveness probe of every component, and the query
+/// frontend's readiness probe. The frontend's `/ready` fails until a querier has
+/// connected to it, and queriers find it through its headless gRPC Service, which lists
+/// only Ready pods: with `/ready` neither would ever start serving (the Go Loki Operator
+/// probes the same path for the same reason).
+pub const PATH_BUILD_INFO: &str = "/loki/api/v1/status/buildinfo";
 pub const PORT_GRPC: i32 = 9095;
 pub const PORT_GOSSIP: i32 = 7946;
 pub const PORT_NAME_HTTP: &str = "metrics";

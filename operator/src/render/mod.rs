@@ -620,6 +620,8 @@ fn container(
         ],
         "ports": ports.iter().map(|(n, p)| json!({"name": n, "port": p})).collect::<Vec<_>>(),
         "http_port": names::PORT_HTTP,
+        "readiness_path": readiness_path(comp),
+        "liveness_path": names::PATH_BUILD_INFO,
         "env": storage::env(secret.type_, &secret.name),
         "instance_addr_env": advertise_pod_ip(stack).then_some(ENV_INSTANCE_ADDR),
         "requests": c.requests,
@@ -647,6 +649,15 @@ fn ruler_volumes(
         "rule_volumes": if ruler { rules::volumes(rule_maps) } else { json!([]) },
         "remote_write_volume": remote_write,
     })
+}
+
+/// The path of a component's readiness probe (`names::PATH_BUILD_INFO` says why the
+/// query frontend's differs).
+fn readiness_path(comp: Component) -> &'static str {
+    match comp {
+        Component::QueryFrontend => names::PATH_BUILD_INFO,
+        _ => names::PATH_READY,
+    }
 }
 
 fn merge(into: &mut Value, from: Value) {

@@ -370,6 +370,37 @@ fn statefulsets_of_zone_aware_stacks_are_rolled_by_the_operator() {
     assert!(got.iter().all(|(_, t)| t == "RollingUpdate"), "{got:?}");
 }
 
+/// The query frontend's `/ready` fails until a querier connects to it, and queriers find
+/// it through its headless gRPC Service, which lists only Ready pods: its readiness
+/// probe is the build-info path, as in the Go Loki Operator. Found on real kubelets
+/// (hack/real-node, real Loki 3.7.3): with `/ready` the frontend never became Ready.
+#[test]
+fn the_query_frontend_is_ready_before_a_querier_connects() {
+    let s = stack("lokistack-dev", stack_spec(LokiStackSize::Demo));
+    let pods = pod_templates(&render_stack(&s, ServerCapabilities::MODERN));
+    let frontends = pods
+        .iter()
+        .filter(|(n, _)| n.ends_with("-query-frontend"))
+        .count();
+    assert_eq!(frontends, 1, "one query frontend");
+    for (name, pod) in pods {
+        let c = &pod.spec.expect("spec").containers[0];
+        let path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+            p.as_ref()
+                .and_then(|p| p.http_get.as_ref())
+                .and_then(|h| h.path.clone())
+                .expect("an HTTP probe")
+        };
+        let want = if name.ends_with("-query-frontend") {
+            names::PATH_BUILD_INFO
+        } else {
+            names::PATH_READY
+        };
+        assert_eq!(path(&c.readiness_probe), want, "{name}");
+        assert_eq!(path(&c.liveness_probe), names::PATH_BUILD_INFO, "{name}");
+    }
+}
+
 #[test]
 fn zone_aware_pods_prefer_distinct_nodes_within_a_zone() {
     let s = stack(
