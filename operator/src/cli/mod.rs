@@ -9,16 +9,24 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Node;
 
+use kube::api::DynamicObject;
+use kube::ResourceExt;
+
+use crate::caches::rules::{decode, RuleKind};
 use crate::checks::fields;
 use crate::checks::validate::validate_stack;
 use crate::checks::zones::{self, ZoneCheck};
 use crate::model::api::LokiStack;
-use crate::model::defaults::effective;
+use crate::model::defaults::{effective, RulerInput};
 use crate::model::go_compat;
 use crate::model::names;
 use crate::model::storage::StoreParams;
+use crate::observe::PickedRule;
 use crate::render::kinds::ChildKind;
 use crate::render::{render, Child, ServerCapabilities, Settings};
+use crate::ruler::api::{RulerConfig, RulerConfigSpec};
+use crate::ruler::check::{check_ruler_config, selects};
+use crate::ruler::settings;
 
 /// Exit code for input the user must fix.
 pub const EXIT_INVALID: i32 = 2;
@@ -232,33 +240,76 @@ pub struct RenderOutput {
     pub rule_notes: Vec<String>,
 }
 
-/// The objects of `--rules` files: every document, and the items of a List.
-fn rule_objects(file: &Path) -> Result<Vec<serde_json::Value>, CliError> {
-    let mut out = Vec::new();
+/// The objects of a `--rules` file (every document, and the items of a List), each with
+/// its kind.
+fn rule_objects(file: &Path) -> Result<Vec<(RuleKind, DynamicObject)>, CliError> {
+    let mut values = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(&read(file)?) {
-        let value: serde_json::Value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
+        let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
             .map_err(|e| input_err(file, format!("not YAML: {e}")))?;
         match value["kind"].as_str() {
-            Some("List") => out.extend(value["items"].as_array().cloned().unwrap_or_default()),
-            Some(_) => out.push(value),
+            Some("List") => values.extend(value["items"].as_array().cloned().unwrap_or_default()),
+            Some(_) => values.push(value),
             None if value.is_null() => {}
             None => return Err(input_err(file, "a document without kind")),
         }
     }
-    Ok(out)
+    values
+        .into_iter()
+        .map(|value| {
+            let kind = RuleKind::ALL
+                .into_iter()
+                .find(|k| value["kind"] == k.kind())
+                .ok_or_else(|| {
+                    input_err(
+                        file,
+                        format!(
+                            "kind {}: --rules takes AlertingRule, RecordingRule and RulerConfig",
+                            value["kind"]
+                        ),
+                    )
+                })?;
+            let obj = serde_json::from_value(value).map_err(|e| input_err(file, e.to_string()))?;
+            Ok((kind, obj))
+        })
+        .collect()
+}
+
+/// The RulerConfig of the stack, if `obj` is it; a wrong one is an input error, as it
+/// holds the stack back in the cluster.
+fn stack_ruler_config(
+    file: &Path,
+    obj: &DynamicObject,
+    stack: (&str, &str),
+) -> Result<Option<RulerConfigSpec>, CliError> {
+    if (
+        obj.metadata.namespace.as_deref().unwrap_or(stack.0),
+        obj.name_any().as_str(),
+    ) != stack
+    {
+        return Ok(None);
+    }
+    let c = decode::<RulerConfig>(obj).map_err(|e| input_err(file, e.to_string()))?;
+    let errors: Vec<String> = check_ruler_config(&c.spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    if !errors.is_empty() {
+        return Err(input_err(
+            file,
+            format!("RulerConfig {}: {}", obj.name_any(), errors.join("; ")),
+        ));
+    }
+    Ok(Some(c.spec))
 }
 
 /// The ruler's input as the operator would resolve it from the objects of `--rules`:
 /// the rules the stack picks in its own namespace (namespace labels are not known
-/// offline) and its RulerConfig. A wrong rule is left out and named; a wrong RulerConfig
-/// is an input error, as it holds the stack back in the cluster.
+/// offline) and its RulerConfig. A wrong rule is left out and named in the notes.
 fn ruler_input(
     req: &RenderRequest,
     stack: &LokiStack,
-) -> Result<(crate::model::defaults::RulerInput, Vec<String>), CliError> {
-    use crate::caches::rules::{decode, RuleKind};
-    use crate::observe::{PickedRule, PickedSpec};
-    use crate::ruler::api::{AlertingRule, RecordingRule, RulerConfig};
+) -> Result<(RulerInput, Vec<String>), CliError> {
     let Some(spec) = stack.spec.rules.as_ref().filter(|r| r.enabled) else {
         return Ok(Default::default());
     };
@@ -267,71 +318,28 @@ fn ruler_input(
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    let name = stack.metadata.name.clone().unwrap_or_default();
-    let mut notes = Vec::new();
-    let mut files = Vec::new();
-    let mut config = None;
+    let name = stack.name_any();
+    let (mut notes, mut files, mut config) = (Vec::new(), Vec::new(), None);
     for file in &req.rules_files {
-        for value in rule_objects(file)? {
-            let obj: kube::api::DynamicObject = serde_json::from_value(value.clone())
-                .map_err(|e| input_err(file, e.to_string()))?;
-            let ns = obj
+        for (kind, obj) in rule_objects(file)? {
+            if kind == RuleKind::RulerConfig {
+                config = stack_ruler_config(file, &obj, (&namespace, &name))?.or(config);
+                continue;
+            }
+            let rule_ns = obj
                 .metadata
                 .namespace
                 .clone()
                 .unwrap_or_else(|| namespace.clone());
-            let kind = match value["kind"].as_str().unwrap_or_default() {
-                "AlertingRule" => RuleKind::AlertingRule,
-                "RecordingRule" => RuleKind::RecordingRule,
-                "RulerConfig" => RuleKind::RulerConfig,
-                other => {
-                    return Err(input_err(
-                        file,
-                        format!(
-                        "kind {other:?}: --rules takes AlertingRule, RecordingRule and RulerConfig"
-                    ),
-                    ))
-                }
-            };
-            let obj_name = obj.metadata.name.clone().unwrap_or_default();
-            if kind == RuleKind::RulerConfig {
-                if ns == namespace && obj_name == name {
-                    let c =
-                        decode::<RulerConfig>(&obj).map_err(|e| input_err(file, e.to_string()))?;
-                    let errors = crate::ruler::check::check_ruler_config(&c.spec);
-                    if !errors.is_empty() {
-                        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                        return Err(input_err(
-                            file,
-                            format!("RulerConfig {obj_name}: {}", list.join("; ")),
-                        ));
-                    }
-                    config = Some(c.spec);
-                }
+            if !selects(spec, &namespace, &namespace, obj.labels(), None) {
                 continue;
             }
-            let labels = obj.metadata.labels.clone().unwrap_or_default();
-            if ns != namespace {
-                if crate::ruler::check::selects(spec, &namespace, &namespace, &labels, None) {
-                    notes.push(format!("{} {ns}/{obj_name} is in another namespace, whose labels are not known offline: not rendered", kind.kind()));
-                }
+            if rule_ns != namespace {
+                notes.push(format!("{} {rule_ns}/{} is in another namespace, whose labels are not known offline: not rendered", kind.kind(), obj.name_any()));
                 continue;
             }
-            if !crate::ruler::check::selects(spec, &namespace, &ns, &labels, None) {
-                continue;
-            }
-            let rule = PickedRule {
-                kind,
-                namespace: ns,
-                name: obj_name,
-                uid: obj.metadata.uid.clone().unwrap_or_default(),
-                spec: match kind {
-                    RuleKind::AlertingRule => {
-                        decode::<AlertingRule>(&obj).map(|r| PickedSpec::Alerting(r.spec))
-                    }
-                    _ => decode::<RecordingRule>(&obj).map(|r| PickedSpec::Recording(r.spec)),
-                },
-            };
+            let mut rule = PickedRule::from_object(kind, &obj);
+            rule.namespace = rule_ns;
             match crate::plan::rules::check(&rule) {
                 Ok(f) => files.push(f),
                 Err(errors) => notes.push(format!(
@@ -352,7 +360,7 @@ fn ruler_input(
     {
         notes.push("a rule without metadata.uid (not from kubectl get): its file name differs from the cluster's".into());
     }
-    Ok((crate::ruler::settings::input(files, config.as_ref()), notes))
+    Ok((settings::input(files, config.as_ref()), notes))
 }
 
 /// The object store parameters from `--secret`, else the defaults and what they leave

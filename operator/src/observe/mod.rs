@@ -53,6 +53,22 @@ pub enum PickedSpec {
 }
 
 impl PickedRule {
+    /// An AlertingRule or RecordingRule as the caches (or a file) hold it, decoded.
+    pub fn from_object(kind: RuleKind, obj: &kube::api::DynamicObject) -> PickedRule {
+        PickedRule {
+            kind,
+            namespace: obj.namespace().unwrap_or_default(),
+            name: obj.name_any(),
+            uid: obj.metadata.uid.clone().unwrap_or_default(),
+            spec: match kind {
+                RuleKind::AlertingRule => {
+                    decode_rule::<AlertingRule>(obj).map(|r| PickedSpec::Alerting(r.spec))
+                }
+                _ => decode_rule::<RecordingRule>(obj).map(|r| PickedSpec::Recording(r.spec)),
+            },
+        }
+    }
+
     /// `AlertingRule ns/name`, as messages name it.
     pub fn label(&self) -> String {
         format!("{} {}/{}", self.kind.kind(), self.namespace, self.name)
@@ -158,14 +174,7 @@ impl Snapshot {
                 .secret_reader
                 .unreadable(&namespace, &stack.spec.storage.secret.name)
         });
-        let storage_class = match stack.spec.storage_class_name.as_deref() {
-            Some(name) => caches.storage_classes.get(&ObjectRef::new(name)),
-            None => caches
-                .storage_classes
-                .state()
-                .into_iter()
-                .find(|c| crate::checks::volumes::is_default(c)),
-        };
+        let storage_class = storage_class(caches, stack);
         let (nodes, volumes) = if zone_aware(&stack.spec) {
             (
                 caches.nodes.state(),
@@ -176,14 +185,7 @@ impl Snapshot {
         };
         let mut pods = caches.stack_pods(&namespace, &name);
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let pod_nodes = pods
-            .iter()
-            .filter_map(|p| node_name(p))
-            .filter_map(|n| {
-                let node = caches.nodes.get(&ObjectRef::new(n))?;
-                Some((n.to_string(), node))
-            })
-            .collect();
+        let pod_nodes = pod_nodes(caches, &pods);
         let children = owned_children(caches, &namespace, &name, &uid);
         let statefulsets = owned_statefulsets(caches, &namespace, &uid);
         let rules = match stack.spec.rules.as_ref().filter(|r| r.enabled) {
@@ -246,6 +248,29 @@ pub async fn storage_ca_keys(
     }))
 }
 
+/// The StorageClass the stack's claims get: the one it names, else the default.
+fn storage_class(caches: &Caches, stack: &LokiStack) -> Option<Arc<StorageClass>> {
+    match stack.spec.storage_class_name.as_deref() {
+        Some(name) => caches.storage_classes.get(&ObjectRef::new(name)),
+        None => caches
+            .storage_classes
+            .state()
+            .into_iter()
+            .find(|c| crate::checks::volumes::is_default(c)),
+    }
+}
+
+/// The nodes `pods` are bound to, by name.
+fn pod_nodes(caches: &Caches, pods: &[Arc<Pod>]) -> HashMap<String, Arc<Node>> {
+    pods.iter()
+        .filter_map(|p| node_name(p))
+        .filter_map(|n| {
+            let node = caches.nodes.get(&ObjectRef::new(n))?;
+            Some((n.to_string(), node))
+        })
+        .collect()
+}
+
 /// The rules `spec` picks, and the stack's RulerConfig, from the caches.
 fn observe_rules(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str) -> RulesObserved {
     let rc = &caches.rules;
@@ -260,19 +285,7 @@ fn observe_rules(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str)
             if !selects(spec, namespace, &rule_ns, obj.labels(), ns_labels.as_ref()) {
                 continue;
             }
-            let decoded = match kind {
-                RuleKind::AlertingRule => {
-                    decode_rule::<AlertingRule>(&obj).map(|r| PickedSpec::Alerting(r.spec))
-                }
-                _ => decode_rule::<RecordingRule>(&obj).map(|r| PickedSpec::Recording(r.spec)),
-            };
-            picked.push(PickedRule {
-                kind,
-                namespace: rule_ns,
-                name: obj.name_any(),
-                uid: obj.metadata.uid.clone().unwrap_or_default(),
-                spec: decoded,
-            });
+            picked.push(PickedRule::from_object(kind, &obj));
         }
     }
     picked.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));

@@ -7,10 +7,12 @@
 //! instead: rendered without them, the ruler would stop sending alerts or series it
 //! sends now.
 
+use crate::caches::rules::RuleKind;
 use crate::model::api::LokiStack;
 use crate::model::conditions::Reason;
 use crate::model::defaults::{RuleFile, RulerInput};
-use crate::observe::{PickedRule, PickedSpec, Snapshot};
+use crate::observe::{PickedRule, PickedSpec, RulesObserved, Snapshot};
+use crate::ruler::api::RulerConfigSpec;
 use crate::ruler::check::{check_alerting_rule, check_recording_rule, check_ruler_config};
 use crate::ruler::settings;
 
@@ -59,107 +61,110 @@ pub fn plan(stack: &LokiStack, snapshot: &Snapshot) -> (RulerInput, RuleFindings
     let Some(spec) = stack.spec.rules.as_ref().filter(|r| r.enabled) else {
         return (RulerInput::default(), findings);
     };
-    let observed = &snapshot.rules;
-    let files = spec.selector.is_some().then(|| {
-        observed
-            .picked
-            .iter()
-            .filter_map(|rule| match check(rule) {
-                Ok(file) => Some(file),
-                Err(errors) => {
-                    findings
-                        .not_loaded
-                        .push(format!("{} ({})", rule.label(), errors.join("; ")));
-                    None
-                }
-            })
-            .collect()
-    });
-    if spec.selector.is_some() {
-        for kind in observed
-            .unserved
-            .iter()
-            .filter(|k| **k != crate::caches::rules::RuleKind::RulerConfig)
-        {
-            findings.notes.push(format!(
-                "the {} CRD is not installed, so no {} is loaded; install it (make deploy) and restart the operator",
-                kind.crd_name(),
-                kind.kind()
-            ));
-        }
-    }
-    let config = match &observed.ruler_config {
-        None => None,
-        Some(Err(e)) => {
-            findings.hold = Some((
-                Reason::InvalidRulerConfig,
-                format!(
-                    "the RulerConfig {} cannot be read: {e}. Fix it",
-                    snapshot.name
-                ),
-            ));
-            None
-        }
-        Some(Ok(c)) => {
-            let errors = check_ruler_config(c);
-            if !errors.is_empty() {
-                let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                findings.hold = Some((
-                    Reason::InvalidRulerConfig,
-                    format!(
-                        "the RulerConfig {} is invalid: {}. Fix it; until then the ruler keeps its current settings",
-                        snapshot.name,
-                        list.join("; ")
-                    ),
-                ));
-            }
-            Some(c.clone())
-        }
-    };
-    if let Some(client) = config
+    let files = spec
+        .selector
+        .is_some()
+        .then(|| rule_files(&snapshot.rules, &mut findings));
+    let config = ruler_config(snapshot, &mut findings);
+    if let Some(hold) = config
         .as_ref()
-        .and_then(|c| c.remote_write.as_ref())
-        .and_then(|rw| rw.client.as_ref())
+        .and_then(|c| remote_write_secret(c, snapshot))
     {
-        let name = &client.authorization_secret_name;
-        let needed = client.authorization_type.secret_keys();
-        match &observed.remote_write_secret_keys {
-            None => {
-                findings.hold.get_or_insert((
-                    Reason::MissingRulerSecret,
-                    format!(
-                        "the remote-write Secret {name:?} (RulerConfig spec.remoteWrite.client.authorizationSecretName) does not exist in namespace {}. Create it with the keys {}",
-                        snapshot.namespace,
-                        needed.join(" and ")
-                    ),
-                ));
-            }
-            Some(keys) => {
-                let missing: Vec<&str> = needed
-                    .iter()
-                    .copied()
-                    .filter(|k| !keys.contains(*k))
-                    .collect();
-                if !missing.is_empty() {
-                    findings.hold.get_or_insert((
-                        Reason::InvalidRulerSecret,
-                        format!(
-                            "the remote-write Secret {name:?} lacks the non-empty keys {} that authorization {:?} needs",
-                            missing.join(", "),
-                            client.authorization_type.as_str()
-                        ),
-                    ));
-                }
-            }
-        }
+        findings.hold.get_or_insert(hold);
     }
     (settings::input(files, config.as_ref()), findings)
+}
+
+/// The files of the picked rules that are valid; the others, and the rule kinds the
+/// server does not serve, go into the findings.
+fn rule_files(observed: &RulesObserved, findings: &mut RuleFindings) -> Vec<RuleFile> {
+    for kind in observed
+        .unserved
+        .iter()
+        .filter(|k| **k != RuleKind::RulerConfig)
+    {
+        findings.notes.push(format!(
+            "the {} CRD is not installed, so no {} is loaded; install it (make deploy) and restart the operator",
+            kind.crd_name(),
+            kind.kind()
+        ));
+    }
+    observed
+        .picked
+        .iter()
+        .filter_map(|rule| match check(rule) {
+            Ok(file) => Some(file),
+            Err(errors) => {
+                findings
+                    .not_loaded
+                    .push(format!("{} ({})", rule.label(), errors.join("; ")));
+                None
+            }
+        })
+        .collect()
+}
+
+/// The stack's RulerConfig, if it has one; one that is wrong holds the stack back.
+fn ruler_config(snapshot: &Snapshot, findings: &mut RuleFindings) -> Option<RulerConfigSpec> {
+    let why = match snapshot.rules.ruler_config.as_ref()? {
+        Err(e) => format!("cannot be read: {e}. Fix it"),
+        Ok(c) => {
+            let errors: Vec<String> = check_ruler_config(c)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            if errors.is_empty() {
+                return Some(c.clone());
+            }
+            format!(
+                "is invalid: {}. Fix it; until then the ruler keeps its current settings",
+                errors.join("; ")
+            )
+        }
+    };
+    findings.hold = Some((
+        Reason::InvalidRulerConfig,
+        format!("the RulerConfig {} {why}", snapshot.name),
+    ));
+    None
+}
+
+/// Why the remote-write Secret a RulerConfig names holds the stack back, if it does:
+/// missing, or without a key its authorization needs.
+fn remote_write_secret(config: &RulerConfigSpec, snapshot: &Snapshot) -> Option<(Reason, String)> {
+    let client = config.remote_write.as_ref()?.client.as_ref()?;
+    let name = &client.authorization_secret_name;
+    let needed = client.authorization_type.secret_keys();
+    let Some(keys) = &snapshot.rules.remote_write_secret_keys else {
+        return Some((
+            Reason::MissingRulerSecret,
+            format!(
+                "the remote-write Secret {name:?} (RulerConfig spec.remoteWrite.client.authorizationSecretName) does not exist in namespace {}. Create it with the keys {}",
+                snapshot.namespace,
+                needed.join(" and ")
+            ),
+        ));
+    };
+    let missing: Vec<&str> = needed
+        .iter()
+        .copied()
+        .filter(|k| !keys.contains(*k))
+        .collect();
+    (!missing.is_empty()).then(|| {
+        (
+            Reason::InvalidRulerSecret,
+            format!(
+                "the remote-write Secret {name:?} lacks the non-empty keys {} that authorization {:?} needs",
+                missing.join(", "),
+                client.authorization_type.as_str()
+            ),
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caches::rules::RuleKind;
     use crate::model::api::LokiStackSize;
     use crate::observe::RulesObserved;
     use crate::testing::{stack, stack_spec};

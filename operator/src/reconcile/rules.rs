@@ -20,9 +20,9 @@ use crate::act::report::write_rule_status;
 use crate::caches::reflectors::Caches;
 use crate::caches::rules::{decode, RuleKind};
 use crate::model::api::RulesSpec;
-use crate::observe::{PickedRule, PickedSpec};
+use crate::observe::PickedRule;
 use crate::plan::rules::check;
-use crate::ruler::api::{AlertingRule, RecordingRule, RulerConfig};
+use crate::ruler::api::RulerConfig;
 use crate::ruler::check::{check_ruler_config, selects};
 use crate::status::rules::{conditions, Verdict};
 
@@ -102,20 +102,9 @@ fn rule_verdict(
     let errors = if picked_by.is_empty() {
         Vec::new()
     } else {
-        let spec = match kind {
-            RuleKind::AlertingRule => {
-                decode::<AlertingRule>(obj).map(|r| PickedSpec::Alerting(r.spec))
-            }
-            _ => decode::<RecordingRule>(obj).map(|r| PickedSpec::Recording(r.spec)),
-        };
-        let rule = PickedRule {
-            kind,
-            namespace: ns,
-            name: obj.name_any(),
-            uid: obj.metadata.uid.clone().unwrap_or_default(),
-            spec,
-        };
-        check(&rule).err().unwrap_or_default()
+        check(&PickedRule::from_object(kind, obj))
+            .err()
+            .unwrap_or_default()
     };
     Verdict {
         picked_by,

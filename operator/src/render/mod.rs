@@ -436,17 +436,7 @@ fn loki_config_with(
         .schemas
         .last()
         .is_some_and(|s| s.version == ObjectStorageSchemaVersion::V13);
-    let ruler = match eff.component(Component::Ruler) {
-        Some(_) => json!({
-            "local": rules::local_rules(eff),
-            "rules_dir": rulernames::RULES_DIR,
-            "settings": rules::ruler_settings_yaml(eff).map_err(|e| RenderError::Template {
-                template: "loki-config.yaml.tera",
-                message: format!("the RulerConfig settings: {e}"),
-            })?,
-        }),
-        None => Value::Null,
-    };
+    let ruler = ruler_ctx(eff)?;
     let ctx = json!({
         "ports": {"http": names::PORT_HTTP, "grpc": names::PORT_GRPC, "gossip": names::PORT_GOSSIP},
         "paths": {"data": names::DATA_DIR, "wal": names::WAL_DIR, "ring_tokens": names::RING_TOKENS_FILE},
@@ -473,6 +463,23 @@ fn loki_config_with(
         },
     });
     render_text("loki-config.yaml.tera", &ctx)
+}
+
+/// The ruler's part of the Loki config: where its rules are, and its RulerConfig's
+/// settings; `null` without a ruler.
+fn ruler_ctx(eff: &EffectiveStack) -> Result<Value, RenderError> {
+    if eff.component(Component::Ruler).is_none() {
+        return Ok(Value::Null);
+    }
+    let settings = rules::ruler_settings_yaml(eff).map_err(|e| RenderError::Template {
+        template: "loki-config.yaml.tera",
+        message: format!("the RulerConfig settings: {e}"),
+    })?;
+    Ok(json!({
+        "local": rules::local_rules(eff),
+        "rules_dir": rulernames::RULES_DIR,
+        "settings": settings,
+    }))
 }
 
 /// The Go Loki Operator's variable for a ring member's pod IP (`spec.hashRing.memberlist`),

@@ -72,91 +72,99 @@ fn object_store_ports(stack: &LokiStack, eff: &EffectiveStack) -> Vec<i32> {
     }
 }
 
-/// The policies of a stack; none unless it asks for them.
-/// `operator_namespace`: where the operator's own pods run (`Settings`).
+impl Policy {
+    fn ingress(name: String, pod_selector: Value, rules: Value) -> Policy {
+        Policy {
+            name,
+            pod_selector,
+            policy_types: vec!["Ingress"],
+            ingress: Some(rules),
+            egress: None,
+        }
+    }
+
+    fn egress(name: String, pod_selector: Value, rules: Value) -> Policy {
+        Policy {
+            name,
+            pod_selector,
+            policy_types: vec!["Egress"],
+            ingress: None,
+            egress: Some(rules),
+        }
+    }
+}
+
+/// Nothing in or out of the stack's pods, but what the other policies allow.
+fn default_deny(name: &str) -> Policy {
+    Policy {
+        name: format!("{name}-default-deny"),
+        pod_selector: pods(name, &[]),
+        policy_types: vec!["Ingress", "Egress"],
+        ingress: None,
+        egress: None,
+    }
+}
+
+/// The components talk to each other (gRPC, HTTP, memberlist), and resolve each other's
+/// Services. DNS goes to any address on port 53: cluster DNS may be a node-local cache,
+/// which no pod selector matches.
+fn loki_allow(name: &str) -> Policy {
+    let all = pods(name, &[]);
+    let loki_ports = tcp(&[names::PORT_HTTP, names::PORT_GRPC, names::PORT_GOSSIP]);
+    Policy {
+        name: format!("{name}-loki-allow"),
+        pod_selector: all.clone(),
+        policy_types: vec!["Ingress", "Egress"],
+        ingress: Some(json!([{"from": [{"podSelector": all}], "ports": loki_ports}])),
+        egress: Some(json!([
+            {"to": [{"podSelector": all}], "ports": loki_ports},
+            {"ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}]},
+        ])),
+    }
+}
+
+/// The policies of a stack; none unless it asks for them. `operator_namespace`: where
+/// the operator's own pods run (`Settings`).
 pub fn policies(stack: &LokiStack, eff: &EffectiveStack, operator_namespace: &str) -> Vec<Policy> {
+    use Component::*;
     let Some(name) = stack.metadata.name.as_deref().filter(|_| restricted(stack)) else {
         return Vec::new();
     };
-    let loki_ports = [names::PORT_HTTP, names::PORT_GRPC, names::PORT_GOSSIP];
-    let all = pods(name, &[]);
-    let ruler = eff.component(Component::Ruler).is_some();
+    let http = tcp(&[names::PORT_HTTP]);
     let mut out = vec![
-        Policy {
-            name: format!("{name}-default-deny"),
-            pod_selector: all.clone(),
-            policy_types: vec!["Ingress", "Egress"],
-            ingress: None,
-            egress: None,
-        },
-        // The components talk to each other (gRPC, HTTP, memberlist), and resolve each
-        // other's Services. DNS goes to any address on port 53: cluster DNS may be a
-        // node-local cache, which no pod selector matches.
-        Policy {
-            name: format!("{name}-loki-allow"),
-            pod_selector: all.clone(),
-            policy_types: vec!["Ingress", "Egress"],
-            ingress: Some(json!([{"from": [{"podSelector": all}], "ports": tcp(&loki_ports)}])),
-            egress: Some(json!([
-                {"to": [{"podSelector": all}], "ports": tcp(&loki_ports)},
-                {"ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}]},
-            ])),
-        },
-        Policy {
-            name: format!("{name}-loki-allow-bucket-egress"),
-            pod_selector: pods(
-                name,
-                &[
-                    Component::Ingester,
-                    Component::Querier,
-                    Component::IndexGateway,
-                    Component::Compactor,
-                    Component::Ruler,
-                ],
-            ),
-            policy_types: vec!["Egress"],
-            ingress: None,
-            egress: Some(json!([{"ports": tcp(&object_store_ports(stack, eff))}])),
-        },
+        default_deny(name),
+        loki_allow(name),
+        Policy::egress(
+            format!("{name}-loki-allow-bucket-egress"),
+            pods(name, &[Ingester, Querier, IndexGateway, Compactor, Ruler]),
+            json!([{"ports": tcp(&object_store_ports(stack, eff))}]),
+        ),
         // No gateway: clients push to the distributors and query the query frontends
         // (and the rulers' API) directly, from anywhere in the cluster.
-        Policy {
-            name: format!("{name}-loki-allow-clients"),
-            pod_selector: pods(
-                name,
-                &[
-                    Component::Distributor,
-                    Component::QueryFrontend,
-                    Component::Ruler,
-                ],
-            ),
-            policy_types: vec!["Ingress"],
-            ingress: Some(json!([{"ports": tcp(&[names::PORT_HTTP])}])),
-            egress: None,
-        },
-        Policy {
-            name: format!("{name}-loki-allow-operator"),
-            pod_selector: pods(name, &[Component::Ingester]),
-            policy_types: vec!["Ingress"],
-            ingress: Some(json!([{
+        Policy::ingress(
+            format!("{name}-loki-allow-clients"),
+            pods(name, &[Distributor, QueryFrontend, Ruler]),
+            json!([{"ports": http}]),
+        ),
+        Policy::ingress(
+            format!("{name}-loki-allow-operator"),
+            pods(name, &[Ingester]),
+            json!([{
                 "from": [{
                     "namespaceSelector": {"matchLabels": {(names::LABEL_NAMESPACE_NAME): operator_namespace}},
                     "podSelector": {"matchLabels": {(OPERATOR_POD_LABEL.0): OPERATOR_POD_LABEL.1}},
                 }],
-                "ports": tcp(&[names::PORT_HTTP]),
-            }])),
-            egress: None,
-        },
+                "ports": http,
+            }]),
+        ),
     ];
     let alert_ports = &eff.ruler.egress_ports;
-    if ruler && !alert_ports.is_empty() {
-        out.push(Policy {
-            name: format!("{name}-ruler-allow-alert-egress"),
-            pod_selector: pods(name, &[Component::Ruler]),
-            policy_types: vec!["Egress"],
-            ingress: None,
-            egress: Some(json!([{"ports": tcp(alert_ports)}])),
-        });
+    if eff.component(Ruler).is_some() && !alert_ports.is_empty() {
+        out.push(Policy::egress(
+            format!("{name}-ruler-allow-alert-egress"),
+            pods(name, &[Ruler]),
+            json!([{"ports": tcp(alert_ports)}]),
+        ));
     }
     out
 }

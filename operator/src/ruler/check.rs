@@ -15,7 +15,8 @@ use crate::checks::validate::FieldError;
 use crate::model::api::RulesSpec;
 use crate::ruler::api::{
     AlertManagerSpec, AlertingRuleSpec, RecordingRuleSpec, RelabelAction, RelabelConfig,
-    RulerConfigSpec, RULE_HEADER_AUTH_EXCLUSIVE_MSG, RULE_TENANT_NOT_DOTS_MSG, TENANT_ID_MAX_LEN,
+    RemoteWriteSpec, RulerConfigSpec, RULE_HEADER_AUTH_EXCLUSIVE_MSG, RULE_TENANT_NOT_DOTS_MSG,
+    TENANT_ID_MAX_LEN,
 };
 use crate::ruler::duration::parse_prometheus_duration;
 use crate::ruler::logql::check_metric_expr;
@@ -329,51 +330,44 @@ pub fn check_ruler_config(spec: &RulerConfigSpec) -> Vec<FieldError> {
         }
     }
     if let Some(rw) = &spec.remote_write {
-        duration(
-            &mut errors,
-            "spec.remoteWrite.refreshPeriod".into(),
-            &rw.refresh_period,
-        );
-        match &rw.client {
-            Some(c) => {
-                if !http_url(&c.url) {
-                    errors.push(err(
-                        "spec.remoteWrite.client.url",
-                        format!("{:?} is not an http:// or https:// URL", c.url),
-                    ));
-                }
-                duration(
-                    &mut errors,
-                    "spec.remoteWrite.client.timeout".into(),
-                    &c.timeout,
-                );
-                for (i, r) in c.relabel_configs.iter().enumerate() {
-                    check_relabel(
-                        &mut errors,
-                        &format!("spec.remoteWrite.client.relabelConfigs[{i}]"),
-                        r,
-                    );
-                }
+        check_remote_write(&mut errors, rw);
+    }
+    errors
+}
+
+fn check_remote_write(errors: &mut Vec<FieldError>, rw: &RemoteWriteSpec) {
+    let at = "spec.remoteWrite";
+    duration(errors, format!("{at}.refreshPeriod"), &rw.refresh_period);
+    match &rw.client {
+        Some(c) => {
+            if !http_url(&c.url) {
+                errors.push(err(
+                    format!("{at}.client.url"),
+                    format!("{:?} is not an http:// or https:// URL", c.url),
+                ));
             }
-            None if rw.enabled => errors.push(err(
-                "spec.remoteWrite.client",
-                "remote write is enabled but names no client (url, authorization)",
-            )),
-            None => {}
+            duration(errors, format!("{at}.client.timeout"), &c.timeout);
+            for (i, r) in c.relabel_configs.iter().enumerate() {
+                check_relabel(errors, &format!("{at}.client.relabelConfigs[{i}]"), r);
+            }
         }
-        if let Some(q) = &rw.queue {
-            for (name, v) in [
-                ("batchSendDeadline", &q.batch_send_deadline),
-                ("minBackOffPeriod", &q.min_back_off_period),
-                ("maxBackOffPeriod", &q.max_back_off_period),
-            ] {
-                if let Some(v) = v {
-                    duration(&mut errors, format!("spec.remoteWrite.queue.{name}"), v);
-                }
+        None if rw.enabled => errors.push(err(
+            format!("{at}.client"),
+            "remote write is enabled but names no client (url, authorization)",
+        )),
+        None => {}
+    }
+    if let Some(q) = &rw.queue {
+        for (name, v) in [
+            ("batchSendDeadline", &q.batch_send_deadline),
+            ("minBackOffPeriod", &q.min_back_off_period),
+            ("maxBackOffPeriod", &q.max_back_off_period),
+        ] {
+            if let Some(v) = v {
+                duration(errors, format!("{at}.queue.{name}"), v);
             }
         }
     }
-    errors
 }
 
 #[cfg(test)]

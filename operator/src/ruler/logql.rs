@@ -83,99 +83,90 @@ fn error(text: &str, at: usize, message: impl Into<String>) -> LogqlError {
     }
 }
 
+/// The end of a run of characters that `keep` takes, from `i`.
+fn run_end(chars: &[char], mut i: usize, keep: impl Fn(char) -> bool) -> usize {
+    while i < chars.len() && keep(chars[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// The end of the string whose quote is at `start` (`"` with `\` escapes, or a raw
+/// `` ` `` string).
+fn string_end(text: &str, chars: &[char], start: usize) -> Result<usize, LogqlError> {
+    let quote = chars[start];
+    let mut i = start + 1;
+    loop {
+        match chars.get(i) {
+            None => {
+                return Err(error(
+                    text,
+                    start,
+                    format!("the string opened here is never closed with {quote}"),
+                ))
+            }
+            Some('\\') if quote == '"' => i += 2,
+            Some(&d) if d == quote => return Ok(i + 1),
+            Some(_) => i += 1,
+        }
+    }
+}
+
+/// An operator at `i`: two characters where they make one (`|=`, `!~`, `>=`, ...).
+fn operator(chars: &[char], i: usize) -> String {
+    let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+    if ["|=", "!=", "|~", "!~", "=~", "==", "<=", ">=", "|>", "!>"].contains(&two.as_str()) {
+        two
+    } else {
+        chars[i].to_string()
+    }
+}
+
 fn lex(text: &str) -> Result<Vec<Lexed>, LogqlError> {
     let chars: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
     while i < chars.len() {
-        let c = chars[i];
-        let start = i;
-        match c {
-            c if c.is_whitespace() => i += 1,
+        let (c, start) = (chars[i], i);
+        let tok = match c {
+            c if c.is_whitespace() => {
+                i += 1;
+                continue;
+            }
             // A comment runs to the end of the line.
             '#' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
+                i = run_end(&chars, i, |c| c != '\n');
+                continue;
             }
             '"' | '`' => {
-                i += 1;
-                loop {
-                    match chars.get(i) {
-                        None => {
-                            return Err(error(
-                                text,
-                                start,
-                                format!("the string opened here is never closed with {c}"),
-                            ))
-                        }
-                        Some('\\') if c == '"' => i += 2,
-                        Some(&d) if d == c => {
-                            i += 1;
-                            break;
-                        }
-                        Some(_) => i += 1,
-                    }
-                }
-                out.push(Lexed {
-                    tok: Tok::Str,
-                    at: start,
-                });
+                i = string_end(text, &chars, i)?;
+                Tok::Str
             }
             '(' | '{' | '[' => {
-                out.push(Lexed {
-                    tok: Tok::Open(c),
-                    at: start,
-                });
                 i += 1;
+                Tok::Open(c)
             }
             ')' | '}' | ']' => {
-                out.push(Lexed {
-                    tok: Tok::Close(c),
-                    at: start,
-                });
                 i += 1;
+                Tok::Close(c)
             }
             c if c.is_ascii_digit()
                 || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit)) =>
             {
-                while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '.') {
-                    i += 1;
-                }
-                out.push(Lexed {
-                    tok: Tok::Number,
-                    at: start,
-                });
+                i = run_end(&chars, i, |c| c.is_ascii_alphanumeric() || c == '.');
+                Tok::Number
             }
             c if c.is_alphabetic() || c == '_' => {
-                while i < chars.len()
-                    && (chars[i].is_alphanumeric() || chars[i] == '_' || chars[i] == '.')
-                {
-                    i += 1;
-                }
-                let word: String = chars[start..i].iter().collect();
-                out.push(Lexed {
-                    tok: Tok::Ident(word),
-                    at: start,
-                });
+                i = run_end(&chars, i, |c| c.is_alphanumeric() || c == '_' || c == '.');
+                Tok::Ident(chars[start..i].iter().collect())
             }
             _ => {
-                // Two-character operators first: |= != |~ !~ =~ == <= >= |> !>.
-                let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
-                let op = if ["|=", "!=", "|~", "!~", "=~", "==", "<=", ">=", "|>", "!>"]
-                    .contains(&two.as_str())
-                {
-                    two
-                } else {
-                    c.to_string()
-                };
+                let op = operator(&chars, i);
                 i += op.chars().count();
-                out.push(Lexed {
-                    tok: Tok::Op(op),
-                    at: start,
-                });
+                Tok::Op(op)
             }
-        }
+        };
+        out.push(Lexed { tok, at: start });
     }
     Ok(out)
 }

@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 
 use crate::model::defaults::{RuleFile, RulerInput};
 use crate::ruler::api::{
-    AlertManagerSpec, RelabelConfig, RemoteWriteAuthType, RemoteWriteSpec, RulerConfigSpec,
+    AlertManagerSpec, RelabelConfig, RemoteWriteAuthType, RemoteWriteClientQueueSpec,
+    RemoteWriteClientSpec, RemoteWriteSpec, RulerConfigSpec,
 };
 use crate::ruler::names;
 
@@ -125,63 +126,9 @@ fn remote_write(rw: &RemoteWriteSpec) -> Value {
     o.insert("enabled".into(), rw.enabled.into());
     o.insert("config_refresh_period".into(), literal(&rw.refresh_period));
     if let Some(c) = &rw.client {
-        let mut client = Map::new();
-        client.insert("name".into(), literal(&c.name));
-        client.insert("url".into(), literal(&c.url));
-        client.insert("remote_timeout".into(), literal(&c.timeout));
-        client.insert("follow_redirects".into(), c.follow_redirects.into());
-        if let Some(p) = &c.proxy_url {
-            client.insert("proxy_url".into(), literal(p));
-        }
-        if !c.additional_headers.is_empty() {
-            let headers: Map<String, Value> = c
-                .additional_headers
-                .iter()
-                .map(|(k, v)| (k.replace('$', "$$"), literal(v)))
-                .collect();
-            client.insert("headers".into(), Value::Object(headers));
-        }
-        let dir = names::REMOTE_WRITE_SECRET_DIR;
-        match c.authorization_type {
-            RemoteWriteAuthType::Basic => client.insert(
-                "basic_auth".into(),
-                json!({"username_file": format!("{dir}/username"), "password_file": format!("{dir}/password")}),
-            ),
-            RemoteWriteAuthType::Bearer => client.insert(
-                "authorization".into(),
-                json!({"type": "Bearer", "credentials_file": format!("{dir}/bearer_token")}),
-            ),
-        };
-        if !c.relabel_configs.is_empty() {
-            client.insert(
-                "write_relabel_configs".into(),
-                relabel(&c.relabel_configs, literal),
-            );
-        }
-        if let Some(q) = &rw.queue {
-            let mut queue = Map::new();
-            for (k, v) in [
-                ("capacity", q.capacity),
-                ("max_shards", q.max_shards),
-                ("min_shards", q.min_shards),
-                ("max_samples_per_send", q.max_samples_per_send),
-            ] {
-                if let Some(v) = v {
-                    queue.insert(k.into(), v.into());
-                }
-            }
-            for (k, v) in [
-                ("batch_send_deadline", &q.batch_send_deadline),
-                ("min_backoff", &q.min_back_off_period),
-                ("max_backoff", &q.max_back_off_period),
-            ] {
-                if let Some(v) = v {
-                    queue.insert(k.into(), literal(v));
-                }
-            }
-            if !queue.is_empty() {
-                client.insert("queue_config".into(), Value::Object(queue));
-            }
+        let mut client = remote_write_client(c);
+        if let Some(q) = rw.queue.as_ref().map(queue).filter(|q| !q.is_empty()) {
+            client.insert("queue_config".into(), Value::Object(q));
         }
         o.insert(
             "clients".into(),
@@ -189,6 +136,69 @@ fn remote_write(rw: &RemoteWriteSpec) -> Value {
         );
     }
     Value::Object(o)
+}
+
+/// One remote-write client (Prometheus's `remote_write` entry), with the credentials
+/// read from the files of the mounted Secret.
+fn remote_write_client(c: &RemoteWriteClientSpec) -> Map<String, Value> {
+    let mut client = Map::new();
+    client.insert("name".into(), literal(&c.name));
+    client.insert("url".into(), literal(&c.url));
+    client.insert("remote_timeout".into(), literal(&c.timeout));
+    client.insert("follow_redirects".into(), c.follow_redirects.into());
+    if let Some(p) = &c.proxy_url {
+        client.insert("proxy_url".into(), literal(p));
+    }
+    if !c.additional_headers.is_empty() {
+        let headers: Map<String, Value> = c
+            .additional_headers
+            .iter()
+            .map(|(k, v)| (k.replace('$', "$$"), literal(v)))
+            .collect();
+        client.insert("headers".into(), Value::Object(headers));
+    }
+    let dir = names::REMOTE_WRITE_SECRET_DIR;
+    match c.authorization_type {
+        RemoteWriteAuthType::Basic => client.insert(
+            "basic_auth".into(),
+            json!({"username_file": format!("{dir}/username"), "password_file": format!("{dir}/password")}),
+        ),
+        RemoteWriteAuthType::Bearer => client.insert(
+            "authorization".into(),
+            json!({"type": "Bearer", "credentials_file": format!("{dir}/bearer_token")}),
+        ),
+    };
+    if !c.relabel_configs.is_empty() {
+        client.insert(
+            "write_relabel_configs".into(),
+            relabel(&c.relabel_configs, literal),
+        );
+    }
+    client
+}
+
+fn queue(q: &RemoteWriteClientQueueSpec) -> Map<String, Value> {
+    let mut queue = Map::new();
+    for (k, v) in [
+        ("capacity", q.capacity),
+        ("max_shards", q.max_shards),
+        ("min_shards", q.min_shards),
+        ("max_samples_per_send", q.max_samples_per_send),
+    ] {
+        if let Some(v) = v {
+            queue.insert(k.into(), v.into());
+        }
+    }
+    for (k, v) in [
+        ("batch_send_deadline", &q.batch_send_deadline),
+        ("min_backoff", &q.min_back_off_period),
+        ("max_backoff", &q.max_back_off_period),
+    ] {
+        if let Some(v) = v {
+            queue.insert(k.into(), literal(v));
+        }
+    }
+    queue
 }
 
 /// The `ruler` block's settings that come from the RulerConfig (key → value), beside

@@ -39,6 +39,57 @@ fn ready(
     }
 }
 
+/// The `Ready` condition an object should have; `None` for one no stack picks that
+/// this operator never marked.
+fn desired(
+    v: &Verdict,
+    marked: bool,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<Condition> {
+    let stacks = v
+        .picked_by
+        .iter()
+        .map(|s| format!("LokiStack {s}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (status, reason, message) = if v.picked_by.is_empty() {
+        if !marked {
+            return None;
+        }
+        (
+            false,
+            Reason::NotSelected,
+            format!(
+                "no LokiStack with rules enabled picks this {} now; check the stack's spec.rules.selector and namespaceSelector against its labels and namespace",
+                v.kind
+            ),
+        )
+    } else if !v.errors.is_empty() {
+        (
+            false,
+            Reason::InvalidRule,
+            format!(
+                "not loaded: {}. Fix it; {stacks} will load it then",
+                v.errors.join("; ")
+            ),
+        )
+    } else if v.kind == crate::ruler::names::KIND_RULER_CONFIG {
+        (
+            true,
+            Reason::Selected,
+            format!("its ruler settings apply to {stacks}"),
+        )
+    } else {
+        (
+            true,
+            Reason::Selected,
+            format!("picked by the ruler of {stacks}"),
+        )
+    };
+    Some(ready(status, reason, message, generation, now))
+}
+
 /// The object's conditions as they should be, or `None` when nothing is to be written.
 pub fn conditions(
     v: &Verdict,
@@ -48,49 +99,7 @@ pub fn conditions(
 ) -> Option<Vec<Condition>> {
     let type_ = ConditionType::Ready.as_str();
     let ours = previous.iter().find(|c| c.type_ == type_);
-    let stacks = v
-        .picked_by
-        .iter()
-        .map(|s| format!("LokiStack {s}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let desired = if v.picked_by.is_empty() {
-        ours?;
-        ready(
-            false,
-            Reason::NotSelected,
-            format!(
-                "no LokiStack with rules enabled picks this {} now; check the stack's spec.rules.selector and namespaceSelector against its labels and namespace",
-                v.kind
-            ),
-            generation,
-            now,
-        )
-    } else if !v.errors.is_empty() {
-        ready(
-            false,
-            Reason::InvalidRule,
-            format!(
-                "not loaded: {}. Fix it; {stacks} will load it then",
-                v.errors.join("; ")
-            ),
-            generation,
-            now,
-        )
-    } else {
-        let what = if v.kind == crate::ruler::names::KIND_RULER_CONFIG {
-            "its ruler settings apply to"
-        } else {
-            "picked by the ruler of"
-        };
-        ready(
-            true,
-            Reason::Selected,
-            format!("{what} {stacks}"),
-            generation,
-            now,
-        )
-    };
+    let mut desired = desired(v, ours.is_some(), generation, now)?;
     let unchanged = ours.is_some_and(|c| {
         c.status == desired.status
             && c.reason == desired.reason
@@ -101,7 +110,6 @@ pub fn conditions(
         return None;
     }
     // A condition whose status stays keeps its transition time.
-    let mut desired = desired;
     if let Some(c) = ours.filter(|c| c.status == desired.status) {
         desired.last_transition_time = c.last_transition_time.clone();
     }
