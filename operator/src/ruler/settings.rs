@@ -32,6 +32,14 @@ fn literal(s: &str) -> Value {
     Value::String(s.replace('$', "$$"))
 }
 
+/// A map of the user's keys and values, both written as [`literal`].
+fn literal_map(map: &BTreeMap<String, String>) -> Value {
+    map.iter()
+        .map(|(k, v)| (k.replace('$', "$$"), literal(v)))
+        .collect::<Map<String, Value>>()
+        .into()
+}
+
 fn relabel(configs: &[RelabelConfig], text: fn(&str) -> Value) -> Value {
     configs
         .iter()
@@ -150,12 +158,7 @@ fn remote_write_client(c: &RemoteWriteClientSpec) -> Map<String, Value> {
         client.insert("proxy_url".into(), literal(p));
     }
     if !c.additional_headers.is_empty() {
-        let headers: Map<String, Value> = c
-            .additional_headers
-            .iter()
-            .map(|(k, v)| (k.replace('$', "$$"), literal(v)))
-            .collect();
-        client.insert("headers".into(), Value::Object(headers));
+        client.insert("headers".into(), literal_map(&c.additional_headers));
     }
     let dir = names::REMOTE_WRITE_SECRET_DIR;
     match c.authorization_type {
@@ -218,12 +221,7 @@ pub fn ruler_settings(config: Option<&RulerConfigSpec>) -> Map<String, Value> {
             o.insert("external_url".into(), literal(u));
         }
         if !am.external_labels.is_empty() {
-            let labels: Map<String, Value> = am
-                .external_labels
-                .iter()
-                .map(|(k, v)| (k.replace('$', "$$"), literal(v)))
-                .collect();
-            o.insert("external_labels".into(), Value::Object(labels));
+            o.insert("external_labels".into(), literal_map(&am.external_labels));
         }
         o.extend(alertmanager(am, literal));
         if let Some(q) = &am.notification_queue {
