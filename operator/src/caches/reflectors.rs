@@ -279,14 +279,17 @@ fn watch_stacks(
     let (store, events) = scope::reflect(watches, config, |_: &mut DynamicObject| {}, api_resource);
     let (tap, rules_tap) = (taps.stacks.clone(), taps.rules.clone());
     let task = tokio::spawn(async move {
-        // Per stack, its `spec.rules` as last seen: the rules' status depends on it.
-        let mut rules_seen: HashMap<(String, String), Option<serde_json::Value>> = HashMap::new();
+        // Per stack, its `spec.rules` and `managementState` as last seen: the rules'
+        // status depends on them.
+        let mut rules_seen: HashMap<(String, String), [Option<serde_json::Value>; 2]> =
+            HashMap::new();
         futures::pin_mut!(events);
         while let Some(ev) = events.next().await {
             match ev {
                 Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
                     let key = (s.namespace().unwrap_or_default(), s.name_any());
-                    let rules = s.data.pointer("/spec/rules").cloned();
+                    let rules = ["/spec/rules", "/spec/managementState"]
+                        .map(|p| s.data.pointer(p).cloned());
                     if rules_seen.get(&key) != Some(&rules) {
                         rules_seen.insert(key, rules);
                         rules_tap.send(());

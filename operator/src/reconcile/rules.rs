@@ -31,7 +31,7 @@ pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// How soon a pass runs again when a write failed and no change comes.
 pub const RETRY: Duration = Duration::from_secs(10);
 
-/// A stack with rules enabled, as a pass sees it.
+/// A stack with rules enabled (and managed), as a pass sees it.
 struct Picker {
     namespace: String,
     name: String,
@@ -65,6 +65,12 @@ fn pickers(caches: &Caches) -> Vec<Picker> {
         .state()
         .iter()
         .filter_map(|s| {
+            // An Unmanaged stack has nothing written for it, a stack being deleted
+            // picks nothing any more.
+            let unmanaged = s.data.pointer("/spec/managementState") == Some(&"Unmanaged".into());
+            if unmanaged || s.metadata.deletion_timestamp.is_some() {
+                return None;
+            }
             let rules: RulesSpec =
                 serde_json::from_value(s.data.pointer("/spec/rules")?.clone()).ok()?;
             rules.enabled.then(|| Picker {
