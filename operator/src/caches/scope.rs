@@ -97,7 +97,10 @@ fn is_dns_label(s: &str) -> bool {
 /// `InitDone`, after a restart or an expired resourceVersion) would replace the whole
 /// store and drop the other namespaces' objects until their own next event. Here a
 /// re-list replaces only the objects of its own namespace, and the store reports ready
-/// once every namespace has been listed.
+/// once every namespace has been listed. One cluster-wide watch (the default scope) has
+/// nothing to keep apart: its events go to kube's `Writer` as they come, which buffers a
+/// list and swaps it in whole, without the copy of the store that [`Self::mark_ready`]
+/// makes.
 pub struct ScopedWriter<K>
 where
     K: Resource + Clone + 'static,
@@ -110,6 +113,8 @@ where
     unlisted: HashSet<Option<String>>,
     /// Per watch re-listing now, the objects its list has named so far.
     relisting: HashMap<Option<String>, HashSet<ObjectRef<K>>>,
+    /// One watch of every namespace: events go straight to `writer`.
+    whole: bool,
 }
 
 impl<K> ScopedWriter<K>
@@ -120,11 +125,13 @@ where
     pub fn new(dyntype: K::DynamicType, watches: impl IntoIterator<Item = Option<String>>) -> Self {
         let writer = Writer::new(dyntype.clone());
         let reader = writer.as_reader();
+        let unlisted: HashSet<Option<String>> = watches.into_iter().collect();
         ScopedWriter {
+            whole: unlisted.len() == 1 && unlisted.contains(&None),
             writer,
             reader,
             dyntype,
-            unlisted: watches.into_iter().collect(),
+            unlisted,
             relisting: HashMap::new(),
         }
     }
@@ -135,6 +142,10 @@ where
 
     /// Applies one event of the watch of `namespace`.
     pub fn apply(&mut self, namespace: Option<&str>, event: &watcher::Event<K>) {
+        if self.whole {
+            self.writer.apply_watcher_event(event);
+            return;
+        }
         let key = namespace.map(String::from);
         match event {
             watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
@@ -168,7 +179,9 @@ where
     }
 
     /// kube's `Writer` turns ready at its first `InitDone`, which swaps in what came
-    /// since `Init`: so the whole store goes through as one list, in one swap.
+    /// since `Init`: so the whole store goes through as one list, in one swap. That
+    /// copies every object once (the `Writer` takes events by reference), a transient
+    /// of the store's size, once per process.
     fn mark_ready(&mut self) {
         let all = self.reader.state();
         self.writer.apply_watcher_event(&watcher::Event::Init);
@@ -181,6 +194,15 @@ where
 }
 
 pub type EventStream<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
+
+/// Objects per page of a list (kube's default is 500). A replica starting on a full
+/// cluster lists every cached kind at once, and each list holds its current page fully
+/// decoded (whole pods and StatefulSets, before `strip` keeps what the operator reads)
+/// while it is taken apart; the allocator keeps that peak afterwards. With 500 a replica
+/// started beside 200 stacks held 152–160 MiB against 42 MiB of live heap; with 100, 81
+/// MiB (docs/performance.md). The peak depends on this number, not on the number of
+/// stacks; more pages cost one request each, once per list.
+pub const LIST_PAGE: u32 = 100;
 
 /// Watches `watches` into one store; the stream yields every event after the store has
 /// taken it (as kube's `reflect` does) and must be polled for the store to fill.
@@ -196,6 +218,7 @@ where
 {
     let mut writer = ScopedWriter::new(dyntype, watches.iter().map(|(ns, _)| ns.clone()));
     let reader = writer.reader();
+    let config = config.page_size(LIST_PAGE);
     let streams = watches.into_iter().map(|(ns, api)| {
         watcher(api, config.clone())
             .default_backoff()
@@ -308,8 +331,11 @@ mod tests {
         w.apply(None, &watcher::Event::InitDone);
         assert!(ready(&store));
         assert_eq!(names(&store), ["a/p@1", "b/q@1"]);
+        // A re-list goes to kube's Writer as it comes: the store shows the old list
+        // until the new one is complete, then the new one whole.
         w.apply(None, &watcher::Event::Init);
         w.apply(None, &watcher::Event::InitApply(pod("b", "q", "2")));
+        assert_eq!(names(&store), ["a/p@1", "b/q@1"]);
         w.apply(None, &watcher::Event::InitDone);
         assert_eq!(names(&store), ["b/q@2"]);
     }
