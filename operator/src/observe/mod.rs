@@ -139,7 +139,7 @@ impl Snapshot {
             })
             .collect();
         let children = owned_children(caches, &namespace, &name, &uid);
-        let statefulsets = owned_statefulsets(caches, &namespace, &uid);
+        let statefulsets = owned_statefulsets(caches, &namespace, &name, &uid);
         Ok(Snapshot {
             namespace,
             name,
@@ -199,7 +199,8 @@ pub async fn storage_ca_keys(
 /// volume names (volumes carry no labels of their claim). A Released volume, whose claim
 /// was deleted, holds nothing of the stack any more.
 fn stack_volumes(caches: &Caches, namespace: &str, stack: &str) -> Vec<Arc<PersistentVolume>> {
-    let mut out = caches.volumes.state_filter(|pv| {
+    let mut out = caches.namespace_volumes(namespace);
+    out.retain(|pv| {
         let bound = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
         bound
             && pv
@@ -250,13 +251,11 @@ fn owned_children(
             out.insert((kind, name), state);
         }
     };
-    for (kind, _, store) in &caches.children {
-        for m in store.state() {
-            visit(*kind, &m.metadata);
-        }
+    for (kind, m) in caches.stack_children(namespace, stack) {
+        visit(kind, &m.metadata);
     }
     // StatefulSets are cached once, typed.
-    for s in caches.statefulsets.state() {
+    for s in caches.stack_statefulsets(namespace, stack) {
         visit(ChildKind::StatefulSet, &s.metadata);
     }
     out
@@ -273,8 +272,14 @@ pub fn version_of(meta: &ObjectMeta) -> String {
 }
 
 /// The stack's StatefulSets (controller-owned by it), sorted by name.
-fn owned_statefulsets(caches: &Caches, namespace: &str, uid: &str) -> Vec<Arc<StatefulSet>> {
-    let mut sets = caches.statefulsets.state_filter(|s| {
+fn owned_statefulsets(
+    caches: &Caches,
+    namespace: &str,
+    stack: &str,
+    uid: &str,
+) -> Vec<Arc<StatefulSet>> {
+    let mut sets = caches.stack_statefulsets(namespace, stack);
+    sets.retain(|s| {
         s.metadata.namespace.as_deref() == Some(namespace)
             && s.metadata
                 .owner_references
