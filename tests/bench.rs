@@ -203,15 +203,24 @@ fn histogram_quantile_of(text: &str, name: &str, label: &str, q: f64) -> (f64, u
 }
 
 fn rss_kib(pid: u32) -> Result<u64> {
+    status_kib(pid, "VmRSS")
+}
+
+/// The most resident memory the process has had (what a memory limit must allow).
+fn peak_rss_kib(pid: u32) -> Result<u64> {
+    status_kib(pid, "VmHWM")
+}
+
+fn status_kib(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let line = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .context("VmRSS")?;
+        .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
+        .with_context(|| field.to_string())?;
     Ok(line
         .split_whitespace()
         .nth(1)
-        .context("VmRSS value")?
+        .with_context(|| format!("{field} value"))?
         .parse()?)
 }
 

@@ -28,7 +28,8 @@
 //!
 //! `make bench BENCH_ARGS=scale` runs this section alone; `make bench BENCH_ARGS="scale
 //! 200"` (or `LZO_BENCH_STACKS=200`) sets N. The full `make bench` runs it last, with N
-//! from `LZO_BENCH_STACKS` or the default.
+//! from `LZO_BENCH_STACKS` or the default. `LZO_BENCH_HOLD=FILE` holds the cluster once
+//! every stack is Ready, for profiling by hand (see [`hold`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Seek, SeekFrom};
@@ -112,6 +113,7 @@ pub async fn run(n: usize) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let mut s = Scale::start(n).await?;
     ready_rows(&s, &mut rows).await?;
+    hold(&s).await?;
     idle_rows(&mut s, &mut rows).await?;
     relabel_rows(&s, &mut rows).await?;
     failover_rows(&mut s, &mut rows).await?;
@@ -321,6 +323,24 @@ fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
+/// With `LZO_BENCH_HOLD=FILE`, once every stack is Ready: writes the operator's
+/// kubeconfig and the control plane's directory into FILE and waits while FILE exists,
+/// so that replicas can be started and profiled by hand beside N stacks (how the
+/// standby's memory was taken apart: docs/performance.md).
+async fn hold(s: &Scale) -> Result<()> {
+    let Some(file) = std::env::var_os("LZO_BENCH_HOLD") else {
+        return Ok(());
+    };
+    let file = std::path::PathBuf::from(file);
+    let what = format!("{}\n{}\n", s.op_kubeconfig.display(), s.cp.dir.display());
+    std::fs::write(&file, what)?;
+    println!("  holding the cluster while {} exists", file.display());
+    while file.exists() {
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
+}
+
 /// 1. Every stack Ready: the time, the leader's CPU seconds and RSS.
 async fn ready_rows(s: &Scale, rows: &mut Vec<Row>) -> Result<()> {
     let n = s.n;
@@ -334,7 +354,7 @@ async fn ready_rows(s: &Scale, rows: &mut Vec<Row>) -> Result<()> {
     })
     .await?;
     let cpu = cpu_seconds(pid)? - cpu_before;
-    let rss = super::rss_kib(pid)?;
+    let (rss, peak) = (super::rss_kib(pid)?, super::peak_rss_kib(pid)?);
     let lost = terms_lost(&s.leader);
     let (ns, nodes) = (n.div_ceil(STACKS_PER_NAMESPACE), s.nodes);
     let at_1000 = n >= TARGET_STACKS;
@@ -363,10 +383,11 @@ async fn ready_rows(s: &Scale, rows: &mut Vec<Row>) -> Result<()> {
         rows,
         &format!("scale: leader RSS at {n} stacks"),
         format!(
-            "{} ({} with no stack: {:.1} KiB more per stack)",
+            "{} ({} with no stack: {:.1} KiB more per stack; peak {})",
             mib(rss),
             mib(rss_before),
-            rss.saturating_sub(rss_before) as f64 / n as f64
+            rss.saturating_sub(rss_before) as f64 / n as f64,
+            mib(peak)
         ),
         "recorded",
         None,
@@ -458,8 +479,17 @@ async fn idle_rows(s: &mut Scale, rows: &mut Vec<Row>) -> Result<()> {
         "-",
         None,
     );
-    let rss = super::rss_kib(pid_of(s.standby.as_ref().context("no standby")?)?)?;
-    row(rows, "scale: standby RSS", mib(rss), "recorded", None);
+    // A standby starts beside every stack, as any replica of a real install does: its
+    // first lists, not a stream of creations, fill its caches.
+    let standby = pid_of(s.standby.as_ref().context("no standby")?)?;
+    let (rss, peak) = (super::rss_kib(standby)?, super::peak_rss_kib(standby)?);
+    row(
+        rows,
+        "scale: standby RSS (started beside every stack)",
+        format!("{} (peak {})", mib(rss), mib(peak)),
+        "recorded",
+        None,
+    );
     Ok(())
 }
 

@@ -13,6 +13,8 @@
 //! - [`render`]: every Loki object, rendered from the templates and parsed into types.
 //! - [`telemetry`]: metrics and the health/metrics HTTP server.
 //! - [`pki`]: the webhooks' certificate authority, pure: when to issue and rotate.
+//! - [`strip`]: pure: what the caches keep of each object (only what the operator
+//!   reads), and the small predicates on those kept fields.
 //! - [`caches`]: the one set of reflector caches of the process, outliving leadership.
 //! - [`observe`]: one stack's snapshot, read from the caches.
 //! - [`plan`]: pure decisions: what to apply, zone stages, rollouts, scale-downs,
@@ -41,6 +43,7 @@ pub mod reconcile;
 pub mod render;
 pub mod ruler;
 pub mod status;
+pub mod strip;
 pub mod telemetry;
 pub mod webhook;
 

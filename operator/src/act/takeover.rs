@@ -18,9 +18,9 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 use tracing::info;
 
-use crate::caches::strip::is_go_entry;
 use crate::model::names;
 use crate::render::kinds::ChildKind;
+use crate::strip::is_go_entry;
 
 /// The object's managed fields with every Go-operator entry folded into one Apply entry
 /// of ours (merged with ours if there is one). `None` when there is nothing to fold.

@@ -29,10 +29,10 @@ use tracing::{debug, info, warn};
 
 use crate::caches::reflectors::synced;
 use crate::caches::stacks;
-use crate::caches::strip::is_zone_aware;
 use crate::caches::taps::PodChange;
 use crate::checks::podzone::{decide, keys_not_allowed, node_name, PodZone};
 use crate::model::names;
+use crate::strip::is_zone_aware;
 use crate::telemetry::metrics::Metrics;
 
 /// Patches in flight at once. Binds arrive at the scheduler's pace, so this bounds only

@@ -2,10 +2,10 @@
 //! leadership term, read by the reconciler, the annotator and the webhooks alike. Each
 //! object is cached once per process ([`reflectors::Caches`]).
 
+pub mod index;
 pub mod reflectors;
 pub mod rules;
 pub mod scope;
 pub mod secrets;
 pub mod stacks;
-pub mod strip;
 pub mod taps;

@@ -28,18 +28,19 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
+use crate::caches::index::{self, Index, KeyOf, StackKey};
 use crate::caches::rules::{self as rule_caches, RuleCaches, RuleKind};
 use crate::caches::scope::{self, Scope};
 use crate::caches::secrets::SecretReader;
 use crate::caches::stacks::{is_zone_aware as is_stack_zone_aware, resource, stack_ref, StackRef};
-use crate::caches::strip::{
-    keep_markers, node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class,
-    strip_volume,
-};
 use crate::caches::taps::{PodChange, Tap, Taps};
 use crate::model::names;
 use crate::render::kinds::ChildKind;
 use crate::render::ServerCapabilities;
+use crate::strip::{
+    keep_markers, node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class,
+    strip_volume,
+};
 
 /// The label selector of everything the operator creates.
 pub fn managed_selector() -> String {
@@ -53,6 +54,28 @@ pub fn managed_selector() -> String {
 }
 
 pub type ChildStore = Store<PartialObjectMeta<DynamicObject>>;
+
+/// The metadata of what the operator created of one kind, as this server serves it.
+#[derive(Clone)]
+pub struct ChildCache {
+    pub kind: ChildKind,
+    pub resource: ApiResource,
+    pub store: ChildStore,
+    /// By stack (namespace and instance label).
+    pub by_stack: Index,
+}
+
+/// The indexes by stack of the stores a reconcile reads its own objects from
+/// (`index.rs`); the children's are in [`ChildCache`].
+#[derive(Clone)]
+pub struct ByStack {
+    pub zone_aware_pods: Index,
+    pub other_pods: Index,
+    /// By the LokiStack that controls them.
+    pub statefulsets: Index,
+    /// By their claim's namespace.
+    pub volumes: Index,
+}
 
 /// The caches a reconcile reads. Each object is cached once: the pod annotator and the
 /// status step read the same pod cache, the zone check and the annotator the same nodes.
@@ -78,23 +101,82 @@ pub struct Caches {
     pub statefulsets: Store<StatefulSet>,
     /// Metadata of what the operator created, per kind, as this server serves it; all
     /// kinds but StatefulSets, which are in `statefulsets`.
-    pub children: Vec<(ChildKind, ApiResource, ChildStore)>,
+    pub children: Vec<ChildCache>,
+    pub by_stack: ByStack,
     /// AlertingRules, RecordingRules, RulerConfigs and namespace labels.
     pub rules: RuleCaches,
+}
+
+/// The objects of `store` that `index` lists under `key`.
+fn indexed<K>(
+    store: &Store<K>,
+    index: &Index,
+    key: &StackKey,
+    dyntype: &K::DynamicType,
+) -> Vec<Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    index
+        .ids(key)
+        .into_iter()
+        .filter_map(|(ns, name)| {
+            let r = ObjectRef::new_with(&name, dyntype.clone());
+            store.get(&match ns {
+                Some(ns) => r.within(&ns),
+                None => r,
+            })
+        })
+        .collect()
 }
 
 impl Caches {
     /// The pods of one stack, by its instance label, from both pod stores.
     pub fn stack_pods(&self, namespace: &str, stack: &str) -> Vec<Arc<Pod>> {
-        let of_stack = |p: &Pod| {
-            p.metadata.namespace.as_deref() == Some(namespace)
-                && p.labels().get(names::LABEL_INSTANCE).map(String::as_str) == Some(stack)
-                && p.labels().get(names::LABEL_NAME).map(String::as_str)
-                    == Some(names::LABEL_NAME_VALUE)
-        };
-        let mut pods = self.zone_aware_pods.state_filter(of_stack);
-        pods.extend(self.other_pods.state_filter(of_stack));
+        let key = (namespace.to_string(), stack.to_string());
+        let mut pods = indexed(
+            &self.zone_aware_pods,
+            &self.by_stack.zone_aware_pods,
+            &key,
+            &(),
+        );
+        pods.extend(indexed(
+            &self.other_pods,
+            &self.by_stack.other_pods,
+            &key,
+            &(),
+        ));
         pods
+    }
+
+    /// The children of every kind labelled as one stack's (but StatefulSets).
+    pub fn stack_children(
+        &self,
+        namespace: &str,
+        stack: &str,
+    ) -> Vec<(ChildKind, Arc<PartialObjectMeta<DynamicObject>>)> {
+        let key = (namespace.to_string(), stack.to_string());
+        self.children
+            .iter()
+            .flat_map(|c| {
+                indexed(&c.store, &c.by_stack, &key, &c.resource)
+                    .into_iter()
+                    .map(|m| (c.kind, m))
+            })
+            .collect()
+    }
+
+    /// The StatefulSets a stack controls (by its name; the caller checks the uid).
+    pub fn stack_statefulsets(&self, namespace: &str, stack: &str) -> Vec<Arc<StatefulSet>> {
+        let key = (namespace.to_string(), stack.to_string());
+        indexed(&self.statefulsets, &self.by_stack.statefulsets, &key, &())
+    }
+
+    /// The volumes whose claim is in `namespace`.
+    pub fn namespace_volumes(&self, namespace: &str) -> Vec<Arc<PersistentVolume>> {
+        let key = (namespace.to_string(), String::new());
+        indexed(&self.volumes, &self.by_stack.volumes, &key, &())
     }
 
     /// One pod of a stack by name, from either pod store.
@@ -114,8 +196,8 @@ impl Caches {
             & synced("zone-aware pods", &self.zone_aware_pods).await
             & synced("pods", &self.other_pods).await
             & synced("statefulsets", &self.statefulsets).await;
-        for (kind, _, s) in &self.children {
-            ok &= synced(kind.as_str(), s).await;
+        for c in &self.children {
+            ok &= synced(c.kind.as_str(), &c.store).await;
         }
         for (kind, s) in &self.rules.stores {
             ok &= synced(kind.kind(), s).await;
@@ -166,13 +248,13 @@ fn trigger_stacks(
 pub(crate) fn spawn_typed<K>(
     watches: Vec<(Option<String>, Api<K>)>,
     config: watcher::Config,
-    strip: fn(&mut K),
+    (strip, key_of): (fn(&mut K), KeyOf<K>),
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
-) -> (Store<K>, JoinHandle<()>)
+) -> (Store<K>, Index, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (reader, stream) = scope::reflect(watches, config, strip, ());
+    let (reader, index, stream) = scope::reflect(watches, config, strip, (), key_of);
     let handle = tokio::spawn(async move {
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
@@ -189,7 +271,7 @@ where
             }
         }
     });
-    (reader, handle)
+    (reader, index, handle)
 }
 
 /// The one watch of a cluster-scoped kind.
@@ -216,12 +298,14 @@ pub struct Sources<'a> {
 pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
     let (client, scope) = (src.client, src.scope);
     let (stacks, stack_task) = watch_stacks(client, scope, taps);
-    let (nodes, node_task) = watch_nodes(client, stacks.clone(), taps);
-    let (storage_classes, class_task) = watch_storage_classes(client, stacks.clone(), taps);
-    let (volumes, volume_task) = watch_volumes(client, stacks.clone(), taps);
-    let (zone_aware_pods, zone_aware_task) = watch_pods(client, scope, taps, true);
-    let (other_pods, other_task) = watch_pods(client, scope, taps, false);
-    let (statefulsets, statefulset_task) = watch_statefulsets(client, scope, taps);
+    let (nodes, _, node_task) = watch_nodes(client, stacks.clone(), taps);
+    let (storage_classes, _, class_task) = watch_storage_classes(client, stacks.clone(), taps);
+    let (volumes, volumes_by_ns, volume_task) = watch_volumes(client, stacks.clone(), taps);
+    let (zone_aware_pods, zone_aware_by_stack, zone_aware_task) =
+        watch_pods(client, scope, taps, true);
+    let (other_pods, other_by_stack, other_task) = watch_pods(client, scope, taps, false);
+    let (statefulsets, statefulsets_by_stack, statefulset_task) =
+        watch_statefulsets(client, scope, taps);
     let mut tasks = vec![
         stack_task,
         node_task,
@@ -239,9 +323,14 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
         .filter(|k| *k != ChildKind::StatefulSet)
     {
         let resource = kind.resource(src.capabilities);
-        let (store, task) = watch_children(client, scope, kind, resource.clone(), taps);
+        let (store, by_stack, task) = watch_children(client, scope, kind, resource.clone(), taps);
         tasks.push(task);
-        children.push((kind, resource, store));
+        children.push(ChildCache {
+            kind,
+            resource,
+            store,
+            by_stack,
+        });
     }
     let (rules, rule_tasks) =
         rule_caches::start(client, scope, src.rule_kinds, stacks.clone(), taps);
@@ -259,6 +348,12 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
         statefulsets,
         children,
         rules,
+        by_stack: ByStack {
+            zone_aware_pods: zone_aware_by_stack,
+            other_pods: other_by_stack,
+            statefulsets: statefulsets_by_stack,
+            volumes: volumes_by_ns,
+        },
     };
     (caches, tasks)
 }
@@ -276,7 +371,13 @@ fn watch_stacks(
         |ns| Api::namespaced_with(client.clone(), ns, &api_resource),
     );
     let config = watcher::Config::default();
-    let (store, events) = scope::reflect(watches, config, |_: &mut DynamicObject| {}, api_resource);
+    let (store, _, events) = scope::reflect(
+        watches,
+        config,
+        |_: &mut DynamicObject| {},
+        api_resource,
+        index::unindexed,
+    );
     let (tap, rules_tap) = (taps.stacks.clone(), taps.rules.clone());
     let task = tokio::spawn(async move {
         // Per stack, its `spec.rules` and `managementState` as last seen: the rules'
@@ -320,13 +421,13 @@ fn watch_nodes(
     client: &Client,
     stacks: Store<DynamicObject>,
     taps: &Taps,
-) -> (Store<Node>, JoinHandle<()>) {
+) -> (Store<Node>, Index, JoinHandle<()>) {
     let (stack_tx, node_tx) = (taps.stacks.clone(), taps.nodes.clone());
     let mut fingerprints: HashMap<String, u64> = HashMap::new();
     spawn_typed(
         cluster::<Node>(client),
         watcher::Config::default(),
-        strip_node,
+        (strip_node, index::unindexed),
         move |ev| {
             let changed = match ev {
                 watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
@@ -357,12 +458,12 @@ fn watch_storage_classes(
     client: &Client,
     stacks: Store<DynamicObject>,
     taps: &Taps,
-) -> (Store<StorageClass>, JoinHandle<()>) {
+) -> (Store<StorageClass>, Index, JoinHandle<()>) {
     let stack_tx = taps.stacks.clone();
     spawn_typed(
         cluster::<StorageClass>(client),
         watcher::Config::default(),
-        strip_storage_class,
+        (strip_storage_class, index::unindexed),
         move |ev| {
             if let watcher::Event::Apply(_) | watcher::Event::Delete(_) = ev {
                 trigger_stacks(&stack_tx, &stacks, |_| true);
@@ -377,12 +478,12 @@ fn watch_volumes(
     client: &Client,
     stacks: Store<DynamicObject>,
     taps: &Taps,
-) -> (Store<PersistentVolume>, JoinHandle<()>) {
+) -> (Store<PersistentVolume>, Index, JoinHandle<()>) {
     let stack_tx = taps.stacks.clone();
     spawn_typed(
         cluster::<PersistentVolume>(client),
         watcher::Config::default(),
-        strip_volume,
+        (strip_volume, index::by_claim_namespace),
         move |ev| {
             let (watcher::Event::Apply(pv) | watcher::Event::Delete(pv)) = ev else {
                 return;
@@ -410,7 +511,7 @@ fn watch_pods(
     scope: &Scope,
     taps: &Taps,
     zone_aware: bool,
-) -> (Store<Pod>, JoinHandle<()>) {
+) -> (Store<Pod>, Index, JoinHandle<()>) {
     let stack_tx = taps.stacks.clone();
     let pod_tx = zone_aware.then(|| taps.zone_aware_pods.clone());
     let selector = if zone_aware {
@@ -434,7 +535,7 @@ fn watch_pods(
             |ns| Api::namespaced(client.clone(), ns),
         ),
         watcher::Config::default().labels(&selector),
-        strip_pod,
+        (strip_pod, index::by_instance),
         move |ev| {
             let (pod, deleted, initial) = match ev {
                 watcher::Event::Apply(p) => (p, false, false),
@@ -465,7 +566,7 @@ fn watch_statefulsets(
     client: &Client,
     scope: &Scope,
     taps: &Taps,
-) -> (Store<StatefulSet>, JoinHandle<()>) {
+) -> (Store<StatefulSet>, Index, JoinHandle<()>) {
     let stack_tx = taps.stacks.clone();
     spawn_typed(
         scope.watches(
@@ -473,7 +574,7 @@ fn watch_statefulsets(
             |ns| Api::namespaced(client.clone(), ns),
         ),
         watcher::Config::default().labels(&managed_selector()),
-        strip_statefulset,
+        (strip_statefulset, index::by_controller),
         move |ev| {
             let (watcher::Event::Apply(s) | watcher::Event::Delete(s)) = ev else {
                 return;
@@ -499,17 +600,18 @@ fn watch_children(
     kind: ChildKind,
     resource: ApiResource,
     taps: &Taps,
-) -> (ChildStore, JoinHandle<()>) {
+) -> (ChildStore, Index, JoinHandle<()>) {
     let watches = scope.watches(
         || Api::all_with(client.clone(), &resource),
         |ns| Api::namespaced_with(client.clone(), ns, &resource),
     );
     let stack_tx = taps.stacks.clone();
-    let (reader, stream) = scope::reflect(
+    let (reader, by_stack, stream) = scope::reflect(
         watches,
         watcher::Config::default().labels(&managed_selector()),
         |m: &mut PartialObjectMeta<DynamicObject>| keep_markers(&mut m.metadata),
         resource,
+        index::by_instance,
     );
     let task = tokio::spawn(async move {
         futures::pin_mut!(stream);
@@ -533,5 +635,5 @@ fn watch_children(
             }
         }
     });
-    (reader, task)
+    (reader, by_stack, task)
 }

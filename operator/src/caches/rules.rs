@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::caches::index;
 use crate::caches::scope::{self, Scope};
 use crate::caches::stacks::{self, stack_ref};
 use crate::caches::taps::Taps;
@@ -191,7 +192,13 @@ fn watch_kind(
         || Api::all_with(client.clone(), &resource),
         |ns| Api::namespaced_with(client.clone(), ns, &resource),
     );
-    let (store, events) = scope::reflect(watches, watcher::Config::default(), strip, resource);
+    let (store, _, events) = scope::reflect(
+        watches,
+        watcher::Config::default(),
+        strip,
+        resource,
+        index::unindexed,
+    );
     let (stack_tx, rules_tx) = (taps.stacks.clone(), taps.rules.clone());
     let task = tokio::spawn(async move {
         futures::pin_mut!(events);
@@ -234,7 +241,7 @@ fn watch_namespaces(
     taps: &Taps,
 ) -> (Store<PartialObjectMeta<Namespace>>, JoinHandle<()>) {
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
-    let (store, events) = scope::reflect(
+    let (store, _, events) = scope::reflect(
         vec![(None, api)],
         watcher::Config::default(),
         |m: &mut PartialObjectMeta<Namespace>| {
@@ -242,6 +249,7 @@ fn watch_namespaces(
             m.metadata.annotations = None;
         },
         (),
+        index::unindexed,
     );
     let (stack_tx, rules_tx) = (taps.stacks.clone(), taps.rules.clone());
     let task = tokio::spawn(async move {

@@ -17,6 +17,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 
+use crate::caches::index::{id_of, Index, KeyOf};
+
 /// The namespaces the operator watches and writes in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Scope {
@@ -97,7 +99,11 @@ fn is_dns_label(s: &str) -> bool {
 /// `InitDone`, after a restart or an expired resourceVersion) would replace the whole
 /// store and drop the other namespaces' objects until their own next event. Here a
 /// re-list replaces only the objects of its own namespace, and the store reports ready
-/// once every namespace has been listed.
+/// once every namespace has been listed. One cluster-wide watch (the default scope) has
+/// nothing to keep apart: its events go to kube's `Writer` as they come, which buffers a
+/// list and swaps it in whole, without the copy of the store that [`Self::mark_ready`]
+/// makes. Beside the store it keeps an [`Index`] of the objects by stack, changed in the
+/// same calls.
 pub struct ScopedWriter<K>
 where
     K: Resource + Clone + 'static,
@@ -110,6 +116,10 @@ where
     unlisted: HashSet<Option<String>>,
     /// Per watch re-listing now, the objects its list has named so far.
     relisting: HashMap<Option<String>, HashSet<ObjectRef<K>>>,
+    /// One watch of every namespace: events go straight to `writer`.
+    whole: bool,
+    index: Index,
+    key_of: KeyOf<K>,
 }
 
 impl<K> ScopedWriter<K>
@@ -117,15 +127,23 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
-    pub fn new(dyntype: K::DynamicType, watches: impl IntoIterator<Item = Option<String>>) -> Self {
+    pub fn new(
+        dyntype: K::DynamicType,
+        watches: impl IntoIterator<Item = Option<String>>,
+        key_of: KeyOf<K>,
+    ) -> Self {
         let writer = Writer::new(dyntype.clone());
         let reader = writer.as_reader();
+        let unlisted: HashSet<Option<String>> = watches.into_iter().collect();
         ScopedWriter {
+            whole: unlisted.len() == 1 && unlisted.contains(&None),
             writer,
             reader,
             dyntype,
-            unlisted: watches.into_iter().collect(),
+            unlisted,
             relisting: HashMap::new(),
+            index: Index::default(),
+            key_of,
         }
     }
 
@@ -133,11 +151,58 @@ where
         self.reader.clone()
     }
 
+    pub fn index(&self) -> Index {
+        self.index.clone()
+    }
+
+    /// Indexes `obj`, about to be stored, under its key; out from under the key of the
+    /// copy it replaces, if that differs.
+    fn track(&self, obj: &K) {
+        let id = id_of(obj);
+        let key = (self.key_of)(obj);
+        let stored = self
+            .reader
+            .get(&ObjectRef::from_obj_with(obj, self.dyntype.clone()));
+        if let Some(old) = stored.map(|o| (self.key_of)(&o)).filter(|k| *k != key) {
+            self.index.remove(old, &id);
+        }
+        self.index.insert(key, id);
+    }
+
+    /// Drops `obj`, about to leave the store, from the index (under the key of the copy
+    /// stored, which a deletion event's copy should equal).
+    fn untrack(&self, obj: &K) {
+        let stored = self
+            .reader
+            .get(&ObjectRef::from_obj_with(obj, self.dyntype.clone()));
+        let key = match stored {
+            Some(o) => (self.key_of)(&o),
+            None => (self.key_of)(obj),
+        };
+        self.index.remove(key, &id_of(obj));
+    }
+
     /// Applies one event of the watch of `namespace`.
     pub fn apply(&mut self, namespace: Option<&str>, event: &watcher::Event<K>) {
+        if self.whole {
+            match event {
+                watcher::Event::Apply(o) => self.track(o),
+                watcher::Event::Delete(o) => self.untrack(o),
+                watcher::Event::Init => self.index.begin(),
+                watcher::Event::InitApply(o) => self.index.stage((self.key_of)(o), id_of(o)),
+                watcher::Event::InitDone => self.index.commit(),
+            }
+            self.writer.apply_watcher_event(event);
+            return;
+        }
         let key = namespace.map(String::from);
         match event {
-            watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
+            watcher::Event::Apply(o) => {
+                self.track(o);
+                self.writer.apply_watcher_event(event)
+            }
+            watcher::Event::Delete(o) => {
+                self.untrack(o);
                 self.writer.apply_watcher_event(event)
             }
             watcher::Event::Init => {
@@ -146,6 +211,7 @@ where
             watcher::Event::InitApply(obj) => {
                 let r = ObjectRef::from_obj_with(obj, self.dyntype.clone());
                 self.relisting.entry(key).or_default().insert(r);
+                self.track(obj);
                 self.writer
                     .apply_watcher_event(&watcher::Event::Apply(obj.clone()));
             }
@@ -157,6 +223,7 @@ where
                     in_watch && !listed.contains(&ObjectRef::from_obj_with(o, self.dyntype.clone()))
                 });
                 for o in gone {
+                    self.untrack(&o);
                     self.writer
                         .apply_watcher_event(&watcher::Event::Delete((*o).clone()));
                 }
@@ -168,7 +235,9 @@ where
     }
 
     /// kube's `Writer` turns ready at its first `InitDone`, which swaps in what came
-    /// since `Init`: so the whole store goes through as one list, in one swap.
+    /// since `Init`: so the whole store goes through as one list, in one swap. That
+    /// copies every object once (the `Writer` takes events by reference), a transient
+    /// of the store's size, once per process.
     fn mark_ready(&mut self) {
         let all = self.reader.state();
         self.writer.apply_watcher_event(&watcher::Event::Init);
@@ -182,20 +251,32 @@ where
 
 pub type EventStream<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>;
 
-/// Watches `watches` into one store; the stream yields every event after the store has
-/// taken it (as kube's `reflect` does) and must be polled for the store to fill.
+/// Objects per page of a list (kube's default is 500). A replica starting on a full
+/// cluster lists every cached kind at once, and each list holds its current page fully
+/// decoded (whole pods and StatefulSets, before `strip` keeps what the operator reads)
+/// while it is taken apart; the allocator keeps that peak afterwards. With 500 a replica
+/// started beside 200 stacks held 152–160 MiB against 42 MiB of live heap; with 100, 81
+/// MiB (docs/performance.md). The peak depends on this number, not on the number of
+/// stacks; more pages cost one request each, once per list.
+pub const LIST_PAGE: u32 = 100;
+
+/// Watches `watches` into one store, indexed by `key_of`; the stream yields every event
+/// after the store has taken it (as kube's `reflect` does) and must be polled for the
+/// store to fill.
 pub fn reflect<K>(
     watches: Vec<(Option<String>, Api<K>)>,
     config: watcher::Config,
     strip: fn(&mut K),
     dyntype: K::DynamicType,
-) -> (Store<K>, EventStream<K>)
+    key_of: KeyOf<K>,
+) -> (Store<K>, Index, EventStream<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    let mut writer = ScopedWriter::new(dyntype, watches.iter().map(|(ns, _)| ns.clone()));
-    let reader = writer.reader();
+    let mut writer = ScopedWriter::new(dyntype, watches.iter().map(|(ns, _)| ns.clone()), key_of);
+    let (reader, index) = (writer.reader(), writer.index());
+    let config = config.page_size(LIST_PAGE);
     let streams = watches.into_iter().map(|(ns, api)| {
         watcher(api, config.clone())
             .default_backoff()
@@ -211,22 +292,47 @@ where
             ev
         })
         .boxed();
-    (reader, merged)
+    (reader, index, merged)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::caches::index;
+    use crate::model::names;
     use futures::FutureExt;
     use k8s_openapi::api::core::v1::Pod;
     use kube::ResourceExt;
 
+    /// A pod of the stack named by its name's first letter (`p1` is stack `p`'s).
     fn pod(ns: &str, name: &str, rv: &str) -> Pod {
         let mut p = Pod::default();
         p.metadata.namespace = Some(ns.into());
         p.metadata.name = Some(name.into());
         p.metadata.resource_version = Some(rv.into());
+        p.metadata.labels = Some(
+            [
+                (names::LABEL_NAME, names::LABEL_NAME_VALUE),
+                (names::LABEL_INSTANCE, &name[..1]),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
         p
+    }
+
+    /// The index holds exactly what the store holds, each object under its key.
+    fn assert_indexed(w: &ScopedWriter<Pod>) {
+        let mut want: std::collections::HashMap<index::StackKey, HashSet<index::Id>> =
+            Default::default();
+        for p in w.reader().state() {
+            let key = index::by_instance(p.as_ref()).expect("labelled");
+            want.entry(key)
+                .or_default()
+                .insert(index::id_of(p.as_ref()));
+        }
+        assert_eq!(w.index().all(), want);
     }
 
     fn names(store: &Store<Pod>) -> Vec<String> {
@@ -260,23 +366,28 @@ mod tests {
 
     #[test]
     fn a_relist_of_one_namespace_keeps_the_others() {
-        let mut w = ScopedWriter::<Pod>::new((), [Some("a".into()), Some("b".into())]);
+        let mut w =
+            ScopedWriter::<Pod>::new((), [Some("a".into()), Some("b".into())], index::by_instance);
         let store = w.reader();
         list(&mut w, "a", &[pod("a", "p1", "1"), pod("a", "p2", "1")]);
         assert!(!ready(&store), "ready before namespace b was listed");
         list(&mut w, "b", &[pod("b", "q1", "1")]);
         assert!(ready(&store));
         assert_eq!(names(&store), ["a/p1@1", "a/p2@1", "b/q1@1"]);
+        assert_indexed(&w);
         // a's watch restarts: p2 went away and p1 changed meanwhile. b's pod stays.
         list(&mut w, "a", &[pod("a", "p1", "2"), pod("a", "p3", "1")]);
         assert_eq!(names(&store), ["a/p1@2", "a/p3@1", "b/q1@1"]);
+        assert_indexed(&w);
         // Live events of either namespace go straight through.
         w.apply(Some("b"), &watcher::Event::Apply(pod("b", "q2", "1")));
         w.apply(Some("a"), &watcher::Event::Delete(pod("a", "p1", "2")));
         assert_eq!(names(&store), ["a/p3@1", "b/q1@1", "b/q2@1"]);
+        assert_indexed(&w);
         // An empty re-list of b empties b only.
         list(&mut w, "b", &[]);
         assert_eq!(names(&store), ["a/p3@1"]);
+        assert_indexed(&w);
     }
 
     #[test]
@@ -299,7 +410,7 @@ mod tests {
 
     #[test]
     fn one_cluster_wide_watch_is_ready_after_its_list() {
-        let mut w = ScopedWriter::<Pod>::new((), [None]);
+        let mut w = ScopedWriter::<Pod>::new((), [None], index::by_instance);
         let store = w.reader();
         w.apply(None, &watcher::Event::Init);
         w.apply(None, &watcher::Event::InitApply(pod("a", "p", "1")));
@@ -308,10 +419,41 @@ mod tests {
         w.apply(None, &watcher::Event::InitDone);
         assert!(ready(&store));
         assert_eq!(names(&store), ["a/p@1", "b/q@1"]);
+        assert_indexed(&w);
+        // A re-list goes to kube's Writer as it comes: the store shows the old list
+        // until the new one is complete, then the new one whole.
         w.apply(None, &watcher::Event::Init);
         w.apply(None, &watcher::Event::InitApply(pod("b", "q", "2")));
+        assert_eq!(names(&store), ["a/p@1", "b/q@1"]);
+        assert_indexed(&w);
         w.apply(None, &watcher::Event::InitDone);
         assert_eq!(names(&store), ["b/q@2"]);
+        assert_indexed(&w);
+    }
+
+    #[test]
+    fn an_object_moves_in_the_index_when_its_stack_changes() {
+        for watches in [vec![None], vec![Some("a".to_string())]] {
+            let mut w = ScopedWriter::<Pod>::new((), watches.clone(), index::by_instance);
+            let ns = watches[0].as_deref();
+            w.apply(ns, &watcher::Event::Init);
+            w.apply(ns, &watcher::Event::InitApply(pod("a", "p1", "1")));
+            w.apply(ns, &watcher::Event::InitDone);
+            let mut moved = pod("a", "p1", "2");
+            moved
+                .metadata
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert(names::LABEL_INSTANCE.into(), "q".into());
+            w.apply(ns, &watcher::Event::Apply(moved.clone()));
+            assert_indexed(&w);
+            assert!(w.index().ids(&("a".into(), "p".into())).is_empty());
+            assert_eq!(w.index().ids(&("a".into(), "q".into())).len(), 1);
+            w.apply(ns, &watcher::Event::Delete(moved));
+            assert_indexed(&w);
+            assert!(w.index().all().is_empty());
+        }
     }
 
     #[test]

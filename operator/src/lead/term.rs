@@ -124,6 +124,7 @@ impl Term {
             metrics: p.metrics.clone(),
             resync: p.resync,
             webhook_coverage: coverage,
+            forgotten_at: Default::default(),
         });
         let stopping = cancel.clone().cancelled_owned();
         let controller = tokio::spawn(reconcile::controller::run(ctx, stack_changes, stopping));

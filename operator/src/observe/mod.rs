@@ -17,7 +17,6 @@ use kube::ResourceExt;
 use crate::caches::reflectors::Caches;
 use crate::caches::rules::{decode as decode_rule, RuleKind};
 use crate::caches::stacks::DecodeError;
-use crate::caches::strip::{foreign_fields, writers};
 use crate::checks::podzone::node_name;
 use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::defaults::{zone_aware, Component};
@@ -25,6 +24,7 @@ use crate::model::names;
 use crate::render::kinds::ChildKind;
 use crate::ruler::api::{AlertingRule, RecordingRule, RulerConfig, RulerConfigSpec};
 use crate::ruler::check::selects;
+use crate::strip::{foreign_fields, writers};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
@@ -187,7 +187,7 @@ impl Snapshot {
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let pod_nodes = pod_nodes(caches, &pods);
         let children = owned_children(caches, &namespace, &name, &uid);
-        let statefulsets = owned_statefulsets(caches, &namespace, &uid);
+        let statefulsets = owned_statefulsets(caches, &namespace, &name, &uid);
         let rules = match stack.spec.rules.as_ref().filter(|r| r.enabled) {
             Some(spec) => observe_rules(caches, spec, &namespace, &name),
             None => RulesObserved::default(),
@@ -345,7 +345,8 @@ pub async fn ruler_secret_keys(
 /// volume names (volumes carry no labels of their claim). A Released volume, whose claim
 /// was deleted, holds nothing of the stack any more.
 fn stack_volumes(caches: &Caches, namespace: &str, stack: &str) -> Vec<Arc<PersistentVolume>> {
-    let mut out = caches.volumes.state_filter(|pv| {
+    let mut out = caches.namespace_volumes(namespace);
+    out.retain(|pv| {
         let bound = pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
         bound
             && pv
@@ -396,13 +397,11 @@ fn owned_children(
             out.insert((kind, name), state);
         }
     };
-    for (kind, _, store) in &caches.children {
-        for m in store.state() {
-            visit(*kind, &m.metadata);
-        }
+    for (kind, m) in caches.stack_children(namespace, stack) {
+        visit(kind, &m.metadata);
     }
     // StatefulSets are cached once, typed.
-    for s in caches.statefulsets.state() {
+    for s in caches.stack_statefulsets(namespace, stack) {
         visit(ChildKind::StatefulSet, &s.metadata);
     }
     out
@@ -419,8 +418,14 @@ pub fn version_of(meta: &ObjectMeta) -> String {
 }
 
 /// The stack's StatefulSets (controller-owned by it), sorted by name.
-fn owned_statefulsets(caches: &Caches, namespace: &str, uid: &str) -> Vec<Arc<StatefulSet>> {
-    let mut sets = caches.statefulsets.state_filter(|s| {
+fn owned_statefulsets(
+    caches: &Caches,
+    namespace: &str,
+    stack: &str,
+    uid: &str,
+) -> Vec<Arc<StatefulSet>> {
+    let mut sets = caches.stack_statefulsets(namespace, stack);
+    sets.retain(|s| {
         s.metadata.namespace.as_deref() == Some(namespace)
             && s.metadata
                 .owner_references

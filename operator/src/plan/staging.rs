@@ -29,7 +29,6 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::caches::strip::is_zone_aware;
 use crate::model::api::{LokiStack, ZoneAwarenessStage, ZoneAwarenessStatus};
 use crate::model::conditions::pod_phase;
 use crate::model::conditions::PodPhase;
@@ -38,6 +37,7 @@ use crate::model::duration::parse_duration;
 use crate::model::names;
 use crate::observe::Snapshot;
 use crate::render::{config_hashes, RenderError};
+use crate::strip::is_zone_aware;
 
 /// Loki's default `querier.query_ingesters_within`: queriers ask ingesters for data
 /// younger than this, and the store for the rest. `loki-config.yaml.tera` keeps it.

@@ -12,7 +12,7 @@ pub mod controller;
 pub mod rules;
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -44,6 +44,9 @@ pub const HELD_BACK_RETRY: Duration = Duration::from_secs(30);
 /// How soon a stack is looked at again while a rollout is under way. Pod and StatefulSet
 /// changes trigger it anyway; this bounds how long a missed change can stall a zone.
 pub const ROLLOUT_RETRY: Duration = Duration::from_secs(5);
+/// How often a reconcile also forgets the stacks deleted without a finalizer: that walks
+/// every stack, too much for every reconcile at thousands of stacks.
+const FORGET_EVERY: Duration = Duration::from_secs(10);
 
 /// What every reconcile of a term shares: the shared caches, and the term's writers.
 pub struct Context {
@@ -59,6 +62,8 @@ pub struct Context {
     /// The namespaces the zone-at-bind webhook covers; `None` when the operator does not
     /// register it (switched off, or OLM's).
     pub webhook_coverage: WebhookCoverage,
+    /// When deleted stacks were last forgotten ([`FORGET_EVERY`]).
+    pub forgotten_at: Mutex<Option<Instant>>,
 }
 
 /// The step that failed, and why.
@@ -336,8 +341,19 @@ async fn disruptions_by_zone(ctx: &Context, stack: &LokiStack, namespace: &str) 
     tokio::join!(bind, disruptions).1
 }
 
-/// Housekeeping for stacks deleted without a finalizer, which are never reconciled again.
+/// Housekeeping for stacks deleted without a finalizer, which are never reconciled again;
+/// at most every [`FORGET_EVERY`].
 fn forget_deleted_stacks(ctx: &Context) {
+    {
+        let mut at = ctx
+            .forgotten_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if at.is_some_and(|t| t.elapsed() < FORGET_EVERY) {
+            return;
+        }
+        *at = Some(Instant::now());
+    }
     let live: HashSet<(String, String)> = ctx
         .caches
         .stacks

@@ -94,10 +94,7 @@ pub struct PodZones {
 
 pub fn pod_zones<'a>(pods: &[&Pod], node: impl Fn(&str) -> Option<&'a Node>) -> PodZones {
     let mut out = PodZones::default();
-    for pod in pods
-        .iter()
-        .filter(|p| crate::caches::strip::is_zone_aware(p))
-    {
+    for pod in pods.iter().filter(|p| crate::strip::is_zone_aware(p)) {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let node_obj = crate::checks::podzone::node_name(pod).and_then(&node);
         match decide(pod, node_obj) {

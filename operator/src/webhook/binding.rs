@@ -15,10 +15,10 @@ use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{Binding, Node, Pod};
 use serde_json::Value;
 
-use crate::caches::strip::is_zone_aware;
 use crate::checks::podzone::{pod_keys, pod_zone_annotation};
 use crate::checks::zones::{zone_of, ZoneLabelError};
 use crate::model::names;
+use crate::strip::is_zone_aware;
 
 /// Why a Binding got, or did not get, the zone. The label values of the webhook's
 /// `bindings` metric are [`BindDecision::result`].
