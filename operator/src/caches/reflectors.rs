@@ -315,23 +315,8 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
         other_task,
         statefulset_task,
     ];
-    let mut children = Vec::new();
-    // StatefulSets are cached once, typed (`statefulsets`): the rollout needs more than
-    // their metadata, and the apply step reads that store for them.
-    for kind in ChildKind::ALL
-        .into_iter()
-        .filter(|k| *k != ChildKind::StatefulSet)
-    {
-        let resource = kind.resource(src.capabilities);
-        let (store, by_stack, task) = watch_children(client, scope, kind, resource.clone(), taps);
-        tasks.push(task);
-        children.push(ChildCache {
-            kind,
-            resource,
-            store,
-            by_stack,
-        });
-    }
+    let (children, child_tasks) = watch_every_child_kind(&src, taps);
+    tasks.extend(child_tasks);
     let (rules, rule_tasks) =
         rule_caches::start(client, scope, src.rule_kinds, stacks.clone(), taps);
     tasks.extend(rule_tasks);
@@ -356,6 +341,31 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
         },
     };
     (caches, tasks)
+}
+
+/// The metadata of every kind the operator creates but StatefulSets, which are cached
+/// once, typed (`Caches::statefulsets`): the rollout needs more than their metadata, and
+/// the apply step reads that store for them.
+fn watch_every_child_kind(
+    src: &Sources<'_>,
+    taps: &Taps,
+) -> (Vec<ChildCache>, Vec<JoinHandle<()>>) {
+    ChildKind::ALL
+        .into_iter()
+        .filter(|k| *k != ChildKind::StatefulSet)
+        .map(|kind| {
+            let resource = kind.resource(src.capabilities);
+            let (store, by_stack, task) =
+                watch_children(src.client, src.scope, kind, resource.clone(), taps);
+            let cache = ChildCache {
+                kind,
+                resource,
+                store,
+                by_stack,
+            };
+            (cache, task)
+        })
+        .unzip()
 }
 
 /// LokiStacks, untyped (so that one stored object that does not decode stops only

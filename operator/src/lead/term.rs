@@ -63,6 +63,23 @@ pub struct Parts {
     pub metrics: Arc<Metrics>,
 }
 
+/// What every reconcile of one term shares. The applier is new with each term; what it
+/// skips on a failover it learns from the caches, not from an earlier term.
+fn reconcile_context(p: &Parts, webhook_coverage: WebhookCoverage) -> Arc<Context> {
+    Arc::new(Context {
+        client: p.client.clone(),
+        caches: p.caches.clone(),
+        applier: Applier::new(p.client.clone(), p.capabilities),
+        settings: p.settings.clone(),
+        capabilities: p.capabilities,
+        notify: Notifier::new(p.recorder.clone()),
+        metrics: p.metrics.clone(),
+        resync: p.resync,
+        webhook_coverage,
+        forgotten_at: Default::default(),
+    })
+}
+
 pub struct Term {
     /// The one signal: the controller stops taking new work on it, and `end` follows it
     /// by aborting and awaiting every task.
@@ -114,18 +131,7 @@ impl Term {
             p.metrics.clone(),
         ));
         p.leader_view.lead(Arc::new(Grants::default()));
-        let ctx = Arc::new(Context {
-            client: p.client.clone(),
-            caches: p.caches.clone(),
-            applier: Applier::new(p.client.clone(), p.capabilities),
-            settings: p.settings.clone(),
-            capabilities: p.capabilities,
-            notify: Notifier::new(p.recorder.clone()),
-            metrics: p.metrics.clone(),
-            resync: p.resync,
-            webhook_coverage: coverage,
-            forgotten_at: Default::default(),
-        });
+        let ctx = reconcile_context(p, coverage);
         let stopping = cancel.clone().cancelled_owned();
         let controller = tokio::spawn(reconcile::controller::run(ctx, stack_changes, stopping));
         info!("leadership term started: reconciling, annotating and deciding evictions");
