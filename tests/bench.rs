@@ -24,7 +24,7 @@
 //!    without zones (the StatefulSet's rolling update, one pod at a time); simulated pods
 //!    turn Ready [`READY_AFTER`] after they start. A watch on the ingesters records the
 //!    most zones that ever had an ingester down at once.
-//! 6. Scale: N zone-aware stacks (default 400) on their own control plane; see
+//! 6. Scale: N zone-aware stacks (default 1,000) on their own control plane; see
 //!    `bench_scale.rs`. `bench scale [N]` runs this section alone.
 
 use std::collections::HashMap;
