@@ -498,12 +498,7 @@ fn watch_volumes(
             let (watcher::Event::Apply(pv) | watcher::Event::Delete(pv)) = ev else {
                 return;
             };
-            let Some(ns) = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .and_then(|c| c.namespace.clone())
-            else {
+            let Some((ns, _)) = index::by_claim_namespace(pv) else {
                 return;
             };
             let of_ns = |s: &DynamicObject| s.metadata.namespace.as_deref() == Some(ns.as_str());

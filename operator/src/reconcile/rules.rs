@@ -19,7 +19,7 @@ use tracing::warn;
 use crate::act::report::write_rule_status;
 use crate::caches::reflectors::Caches;
 use crate::caches::rules::{decode, RuleKind};
-use crate::model::api::RulesSpec;
+use crate::model::api::{ManagementState, RulesSpec};
 use crate::observe::PickedRule;
 use crate::plan::rules::check;
 use crate::ruler::api::RulerConfig;
@@ -67,7 +67,11 @@ fn pickers(caches: &Caches) -> Vec<Picker> {
         .filter_map(|s| {
             // An Unmanaged stack has nothing written for it, a stack being deleted
             // picks nothing any more.
-            let unmanaged = s.data.pointer("/spec/managementState") == Some(&"Unmanaged".into());
+            let unmanaged = s
+                .data
+                .pointer("/spec/managementState")
+                .and_then(|m| serde_json::from_value(m.clone()).ok())
+                == Some(ManagementState::Unmanaged);
             if unmanaged || s.metadata.deletion_timestamp.is_some() {
                 return None;
             }
