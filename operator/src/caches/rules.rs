@@ -8,7 +8,9 @@
 //! whose CRD the server does not serve is not watched at all (an install that predates
 //! it); stacks that would pick its objects say so in a Warning.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -233,6 +235,12 @@ fn watch_kind(
     (store, task)
 }
 
+fn labels_fingerprint(labels: &BTreeMap<String, String>) -> u64 {
+    let mut h = DefaultHasher::new();
+    labels.hash(&mut h);
+    h.finish()
+}
+
 /// Namespaces, metadata only: a change of labels re-runs the stacks with a namespace
 /// selector, and the rules' status.
 fn watch_namespaces(
@@ -253,7 +261,9 @@ fn watch_namespaces(
     );
     let (stack_tx, rules_tx) = (taps.stacks.clone(), taps.rules.clone());
     let task = tokio::spawn(async move {
-        let mut seen: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+        // A fingerprint of each namespace's labels, to tell a label change from any
+        // other update; the labels themselves are in the store.
+        let mut seen: HashMap<String, u64> = HashMap::new();
         futures::pin_mut!(events);
         while let Some(ev) = events.next().await {
             let (m, deleted) = match ev {
@@ -269,7 +279,8 @@ fn watch_namespaces(
             let changed = if deleted {
                 seen.remove(&name).is_some()
             } else {
-                seen.insert(name, m.labels().clone()).as_ref() != Some(m.labels())
+                let print = labels_fingerprint(m.labels());
+                seen.insert(name, print) != Some(print)
             };
             if !changed {
                 continue;
