@@ -32,8 +32,6 @@ type Map = HashMap<StackKey, HashSet<Id>>;
 #[derive(Default)]
 struct State {
     live: Map,
-    /// A list under way (kube's `Writer` buffers it and swaps it in whole at its end).
-    building: Option<Map>,
 }
 
 /// The names of the objects of one store, by stack.
@@ -75,25 +73,6 @@ impl Index {
             if ids.is_empty() {
                 st.live.remove(&key);
             }
-        }
-    }
-
-    /// A new list begins; until [`Index::commit`], `live` stays as it was.
-    pub(crate) fn begin(&self) {
-        self.write().building = Some(Map::new());
-    }
-
-    pub(crate) fn stage(&self, key: Option<StackKey>, id: Id) {
-        if let (Some(key), Some(map)) = (key, self.write().building.as_mut()) {
-            map.entry(key).or_default().insert(id);
-        }
-    }
-
-    /// The list is complete: it replaces what was indexed.
-    pub(crate) fn commit(&self) {
-        let mut st = self.write();
-        if let Some(map) = st.building.take() {
-            st.live = map;
         }
     }
 }
@@ -156,24 +135,14 @@ mod tests {
     }
 
     #[test]
-    fn a_list_replaces_the_index_whole_at_its_end() {
+    fn objects_are_indexed_by_stack_and_empty_sets_are_not_kept() {
         let index = Index::default();
         index.insert(key("a", "s"), id("a", "p1"));
         index.insert(key("a", "s"), id("a", "p2"));
         index.insert(None, id("a", "other"));
         index.remove(key("a", "s"), &id("a", "p1"));
         assert_eq!(index.ids(&("a".into(), "s".into())), [id("a", "p2")]);
-        index.begin();
-        index.stage(key("a", "t"), id("a", "q"));
-        assert_eq!(
-            index.ids(&("a".into(), "s".into())),
-            [id("a", "p2")],
-            "unchanged until the list ends"
-        );
-        index.commit();
-        assert!(index.ids(&("a".into(), "s".into())).is_empty());
-        assert_eq!(index.ids(&("a".into(), "t".into())), [id("a", "q")]);
-        index.remove(key("a", "t"), &id("a", "q"));
+        index.remove(key("a", "s"), &id("a", "p2"));
         assert!(
             index.0.read().unwrap().live.is_empty(),
             "no empty sets kept"

@@ -95,15 +95,20 @@ fn is_dns_label(s: &str) -> bool {
 
 /// One store fed by one watch per namespace (`None`: one watch of every namespace).
 ///
-/// kube's `Writer` alone is wrong for several watches: each watch's re-list (`Init` …
-/// `InitDone`, after a restart or an expired resourceVersion) would replace the whole
-/// store and drop the other namespaces' objects until their own next event. Here a
-/// re-list replaces only the objects of its own namespace, and the store reports ready
-/// once every namespace has been listed. One cluster-wide watch (the default scope) has
-/// nothing to keep apart: its events go to kube's `Writer` as they come, which buffers a
-/// list and swaps it in whole, without the copy of the store that [`Self::mark_ready`]
-/// makes. Beside the store it keeps an [`Index`] of the objects by stack, changed in the
-/// same calls.
+/// kube's `Writer` alone is wrong here twice. With several watches, each watch's
+/// re-list (`Init` … `InitDone`, after a restart or an expired resourceVersion) would
+/// replace the whole store and drop the other namespaces' objects until their own next
+/// event. And it holds a re-list back until `InitDone`, then swaps it in whole, while
+/// the stream passes each `InitApply` on at once: a reconcile triggered by an object of
+/// the list found the store without it, and kube drops a trigger for an object not in
+/// the store. At 1,000 stacks, a LokiStack watch that expired while the stacks were
+/// being created re-listed them 100 a page; the 200 stacks of the first two pages were
+/// never reconciled (docs/performance.md).
+///
+/// Here every object of a list is stored as it comes, before the stream passes it on,
+/// and a re-list's `InitDone` removes only the objects of its own watch that the list
+/// did not name. The store reports ready once every watch has been listed. Beside the
+/// store it keeps an [`Index`] of the objects by stack, changed in the same calls.
 pub struct ScopedWriter<K>
 where
     K: Resource + Clone + 'static,
@@ -116,8 +121,6 @@ where
     unlisted: HashSet<Option<String>>,
     /// Per watch re-listing now, the objects its list has named so far.
     relisting: HashMap<Option<String>, HashSet<ObjectRef<K>>>,
-    /// One watch of every namespace: events go straight to `writer`.
-    whole: bool,
     index: Index,
     key_of: KeyOf<K>,
 }
@@ -136,7 +139,6 @@ where
         let reader = writer.as_reader();
         let unlisted: HashSet<Option<String>> = watches.into_iter().collect();
         ScopedWriter {
-            whole: unlisted.len() == 1 && unlisted.contains(&None),
             writer,
             reader,
             dyntype,
@@ -184,17 +186,6 @@ where
 
     /// Applies one event of the watch of `namespace`.
     pub fn apply(&mut self, namespace: Option<&str>, event: &watcher::Event<K>) {
-        if self.whole {
-            match event {
-                watcher::Event::Apply(o) => self.track(o),
-                watcher::Event::Delete(o) => self.untrack(o),
-                watcher::Event::Init => self.index.begin(),
-                watcher::Event::InitApply(o) => self.index.stage((self.key_of)(o), id_of(o)),
-                watcher::Event::InitDone => self.index.commit(),
-            }
-            self.writer.apply_watcher_event(event);
-            return;
-        }
         let key = namespace.map(String::from);
         match event {
             watcher::Event::Apply(o) => {
@@ -420,15 +411,34 @@ mod tests {
         assert!(ready(&store));
         assert_eq!(names(&store), ["a/p@1", "b/q@1"]);
         assert_indexed(&w);
-        // A re-list goes to kube's Writer as it comes: the store shows the old list
-        // until the new one is complete, then the new one whole.
-        w.apply(None, &watcher::Event::Init);
-        w.apply(None, &watcher::Event::InitApply(pod("b", "q", "2")));
-        assert_eq!(names(&store), ["a/p@1", "b/q@1"]);
-        assert_indexed(&w);
-        w.apply(None, &watcher::Event::InitDone);
-        assert_eq!(names(&store), ["b/q@2"]);
-        assert_indexed(&w);
+    }
+
+    /// What a trigger sent for an object of a re-list finds: the object as listed, at
+    /// once, not at the list's end (kube drops a trigger for an object not in the store).
+    #[test]
+    fn a_relisted_object_is_in_the_store_when_the_stream_passes_it_on() {
+        for watch in [None, Some("b")] {
+            let mut w = ScopedWriter::<Pod>::new((), [watch.map(String::from)], index::by_instance);
+            let store = w.reader();
+            w.apply(watch, &watcher::Event::Init);
+            w.apply(watch, &watcher::Event::InitApply(pod("b", "q", "1")));
+            w.apply(watch, &watcher::Event::InitApply(pod("b", "r", "1")));
+            w.apply(watch, &watcher::Event::InitDone);
+            // The watch expires; meanwhile q changed, r went away and s was created.
+            w.apply(watch, &watcher::Event::Init);
+            w.apply(watch, &watcher::Event::InitApply(pod("b", "s", "1")));
+            assert!(
+                names(&store).contains(&"b/s@1".to_string()),
+                "{watch:?}: a new object of the re-list is stored before its InitApply is passed on"
+            );
+            w.apply(watch, &watcher::Event::InitApply(pod("b", "q", "2")));
+            assert_eq!(names(&store), ["b/q@2", "b/r@1", "b/s@1"], "{watch:?}");
+            assert_indexed(&w);
+            // What the list did not name leaves at its end.
+            w.apply(watch, &watcher::Event::InitDone);
+            assert_eq!(names(&store), ["b/q@2", "b/s@1"], "{watch:?}");
+            assert_indexed(&w);
+        }
     }
 
     #[test]
