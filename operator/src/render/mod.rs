@@ -7,6 +7,7 @@
 
 pub mod kinds;
 pub mod limits;
+pub mod memo;
 pub mod network;
 pub mod rules;
 
