@@ -12,7 +12,7 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::caches::secrets::SecretReader;
@@ -28,13 +28,20 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// new term triggered every stack again). 16 stacks keep at most 128 applies in flight,
 /// under the API server's default limit of 200 mutating requests.
 ///
-/// The limit is a FIFO semaphore ([`in_turn`]), not kube-runtime's own `concurrency`:
+/// The limit is a FIFO semaphore ([`Lanes`]), not kube-runtime's own `concurrency`:
 /// with its slots full, kube's runner parks every stack that falls due in a hash set
 /// and takes the first it finds there whenever a slot frees, so under a steady stream
 /// of triggers the same stacks are picked again and again while others wait. In a zone
 /// outage at 1,000 stacks, 446 stacks got no status write for more than 7 minutes while
 /// others got up to 33 (docs/performance.md).
 const RECONCILE_CONCURRENCY: usize = 16;
+
+/// Of those, how many may be stacks with a spec not applied yet (new or edited: each
+/// applies its children). The others are kept for stacks whose spec is applied, whose
+/// reconciles mostly read the caches and write a status: with one queue for both, while
+/// 1,000 new stacks took their first turns (6.5 minutes), a running stack's status
+/// waited behind all of them (docs/performance.md).
+const CHANGES_AT_ONCE: usize = 12;
 
 /// Runs until `stopping` resolves (then lets the reconciles under way finish) or the
 /// task is aborted.
@@ -50,10 +57,10 @@ pub async fn run(
         store.clone(),
         secrets,
     );
-    let slots = Arc::new(Semaphore::new(RECONCILE_CONCURRENCY));
+    let lanes = Lanes::new(RECONCILE_CONCURRENCY, CHANGES_AT_ONCE);
     // On shutdown, stacks still waiting for a slot give up at once: only the reconciles
     // under way are let finish.
-    let closing = slots.clone();
+    let closing = lanes.clone();
     let stopping = async move {
         stopping.await;
         closing.close();
@@ -61,13 +68,13 @@ pub async fn run(
     // No stream of its own: the store is filled by the caches, which outlive the term.
     let none = futures::stream::pending::<Result<DynamicObject, watcher::Error>>();
     // kube's runner starts every stack that is due at once (one run per stack at a
-    // time, as always); `in_turn` lets RECONCILE_CONCURRENCY of them run, oldest first.
+    // time, as always); `in_turn` lets RECONCILE_CONCURRENCY of them run, in `Lanes`.
     Controller::for_stream_with(none, store.clone(), stacks::resource())
         .with_config(controller::Config::default().debounce(DEBOUNCE))
         .reconcile_on(triggers)
         .graceful_shutdown_on(stopping)
         .run(
-            move |obj, ctx| in_turn(obj, ctx, slots.clone(), store.clone()),
+            move |obj, ctx| in_turn(obj, ctx, lanes.clone(), store.clone()),
             error_policy,
             ctx,
         )
@@ -75,19 +82,17 @@ pub async fn run(
         .await
 }
 
-/// Waits for one of the [`RECONCILE_CONCURRENCY`] slots, in the order the stacks fell
-/// due (tokio's semaphore is first come, first served), then reconciles the stack as
-/// the store holds it then (it may have changed while it waited; a stack deleted
-/// meanwhile is not reconciled, as kube does for a trigger of a stack not in the store).
-/// The reconcile's own state is allocated only once it runs, so a long queue of waiting
-/// stacks stays small.
+/// Waits for its turn in [`Lanes`], then reconciles the stack as the store holds it then
+/// (it may have changed while it waited; a stack deleted meanwhile is not reconciled,
+/// as kube does for a trigger of a stack not in the store). The reconcile's own state
+/// is allocated only once it runs, so a long queue of waiting stacks stays small.
 async fn in_turn(
     obj: Arc<DynamicObject>,
     ctx: Arc<Context>,
-    slots: Arc<Semaphore>,
+    lanes: Lanes,
     store: Store<DynamicObject>,
 ) -> Result<Action, ReconcileError> {
-    let Ok(_slot) = slots.acquire().await else {
+    let Some(_turn) = lanes.turn(spec_applied(&obj)).await else {
         // Closed: the term is ending.
         return Ok(Action::await_change());
     };
@@ -95,6 +100,62 @@ async fn in_turn(
         return Ok(Action::await_change());
     };
     Box::pin(reconcile(now, ctx)).await
+}
+
+/// Whether the stack's status says its current spec was applied (`observedGeneration`
+/// is its `generation`): its reconcile then mostly reads and writes a status. A new or
+/// edited stack, or one held back, applies (or tries to apply) its children.
+fn spec_applied(obj: &DynamicObject) -> bool {
+    let observed = obj
+        .data
+        .get("status")
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(serde_json::Value::as_i64);
+    observed.is_some() && observed == obj.metadata.generation
+}
+
+/// Turns to reconcile: `slots` in all, first come, first served (tokio's semaphores
+/// are fair), of which at most `changes` for stacks whose spec is not applied yet. Such
+/// a stack takes a `changes` permit before it queues for a slot, so a stack whose spec
+/// is applied waits behind at most `changes` of them, however many new stacks wait.
+#[derive(Clone)]
+struct Lanes {
+    slots: Arc<Semaphore>,
+    changes: Arc<Semaphore>,
+}
+
+/// A turn to reconcile; dropping it lets the next stack in.
+struct Turn {
+    _slot: OwnedSemaphorePermit,
+    _change: Option<OwnedSemaphorePermit>,
+}
+
+impl Lanes {
+    fn new(slots: usize, changes: usize) -> Self {
+        Lanes {
+            slots: Arc::new(Semaphore::new(slots)),
+            changes: Arc::new(Semaphore::new(changes.min(slots))),
+        }
+    }
+
+    /// `None` once closed.
+    async fn turn(&self, spec_applied: bool) -> Option<Turn> {
+        let change = if spec_applied {
+            None
+        } else {
+            Some(self.changes.clone().acquire_owned().await.ok()?)
+        };
+        let slot = self.slots.clone().acquire_owned().await.ok()?;
+        Some(Turn {
+            _slot: slot,
+            _change: change,
+        })
+    }
+
+    fn close(&self) {
+        self.changes.close();
+        self.slots.close();
+    }
 }
 
 /// Passes each trigger on once the storage Secret its stack names has been read, so no
@@ -113,4 +174,69 @@ fn read_secret_first(
             r
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    fn stack(generation: i64, observed: Option<i64>) -> DynamicObject {
+        let mut obj = DynamicObject::new("s", &stacks::resource());
+        obj.metadata.generation = Some(generation);
+        if let Some(o) = observed {
+            obj.data = serde_json::json!({"status": {"observedGeneration": o}});
+        }
+        obj
+    }
+
+    #[test]
+    fn a_spec_is_applied_once_the_status_observed_its_generation() {
+        assert!(spec_applied(&stack(3, Some(3))));
+        assert!(!spec_applied(&stack(1, None)), "new");
+        assert!(!spec_applied(&stack(4, Some(3))), "edited, or held back");
+    }
+
+    /// 40 new stacks fall due, then one running stack: it gets its turn as soon as the
+    /// first reconciles end, not after the 40.
+    #[tokio::test(start_paused = true)]
+    async fn a_running_stack_waits_behind_a_few_new_ones_not_all() {
+        let lanes = Lanes::new(4, 3);
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        let run = |name: String, applied: bool| {
+            let (lanes, order) = (lanes.clone(), order.clone());
+            tokio::spawn(async move {
+                let _turn = lanes.turn(applied).await.expect("open");
+                order.lock().expect("order").push(name);
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            })
+        };
+        for i in 0..40 {
+            tasks.push(run(format!("new-{i}"), false));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        tasks.push(run("running".into(), true));
+        for t in tasks {
+            t.await.expect("task");
+        }
+        let order = order.lock().expect("order").clone();
+        let at = order.iter().position(|n| n == "running").expect("ran");
+        // 3 new stacks hold the change permits and 1 slot is free: it runs at once.
+        assert_eq!(at, 3, "{order:?}");
+        // The new stacks keep their own order.
+        let news: Vec<_> = order.iter().filter(|n| *n != "running").cloned().collect();
+        let expected: Vec<_> = (0..40).map(|i| format!("new-{i}")).collect();
+        assert_eq!(news, expected);
+    }
+
+    /// Closed lanes give no turn, to stacks of either kind.
+    #[tokio::test]
+    async fn closed_lanes_give_no_turn() {
+        let lanes = Lanes::new(2, 1);
+        lanes.close();
+        assert!(lanes.turn(true).await.is_none());
+        assert!(lanes.turn(false).await.is_none());
+    }
 }
