@@ -46,7 +46,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use loki_zone_operator::model::api::LokiStack;
 use loki_zone_operator_tests::harness::{ControlPlane, Tuning};
-use loki_zone_operator_tests::nodesim::{Heartbeats, NodeSim, Running, ZONE};
+use loki_zone_operator_tests::nodesim::{Heartbeats, NodeSim, PodIps, Running, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
 use serde_json::{json, Value};
@@ -131,10 +131,12 @@ impl Scale {
         let cp = ControlPlane::start_with(&repo_root().join(".e2e/bench-scale"), &tuning)?;
         let admin = client_for(&cp.admin_kubeconfig).await?;
         operator::deploy(&cp.admin_kubeconfig)?;
-        let sim = NodeSim::new(admin.clone()).with_heartbeats(Heartbeats {
-            every: LEASE_EVERY,
-            status: false,
-        });
+        let sim = NodeSim::new(admin.clone())
+            .with_heartbeats(Heartbeats {
+                every: LEASE_EVERY,
+                status: false,
+            })
+            .with_pod_ips(PodIps::Distinct);
         sim.install_storage_class().await?;
         let per_zone = n.div_ceil(STACKS_PER_NODE).max(3);
         sim.create_zones(&ZONES, per_zone).await?;
@@ -283,6 +285,41 @@ async fn create_stacks(admin: &Client, n: usize) -> Result<()> {
     made.into_iter().collect()
 }
 
+/// The CPU seconds used so far by each process that shares the machine in this section:
+/// the control plane's, the leader, and this one (the node simulator and the bench's
+/// watches). What else runs on the machine is not counted.
+fn machine_cpu(s: &Scale, leader: u32) -> Result<Vec<(&'static str, f64)>> {
+    let mut procs = s.cp.named_pids();
+    procs.push(("operator (leader)", leader));
+    procs.push(("bench and node simulator", std::process::id()));
+    procs
+        .into_iter()
+        .map(|(name, pid)| Ok((name, cpu_seconds(pid)?)))
+        .collect()
+}
+
+/// Where the machine's CPU went between two [`machine_cpu`] readings over `wall`: the
+/// total against what 2 cores give in that time, then each process, largest first.
+fn cpu_shares(before: &[(&str, f64)], after: &[(&str, f64)], wall: Duration) -> String {
+    let mut used: Vec<(&str, f64)> = after
+        .iter()
+        .zip(before)
+        .map(|((name, a), (_, b))| (*name, a - b))
+        .collect();
+    used.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = used.iter().map(|(_, s)| s).sum();
+    let each = used
+        .iter()
+        .map(|(name, s)| format!("{name} {s:.0} s ({:.0} %)", 100.0 * s / total))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{total:.0} s over {:.0} s, {:.2} cores busy: {each}",
+        wall.as_secs_f64(),
+        total / wall.as_secs_f64()
+    )
+}
+
 /// The CPU seconds (user and system) a process has used, from `/proc/<pid>/stat`.
 fn cpu_seconds(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -347,6 +384,7 @@ async fn ready_rows(s: &Scale, rows: &mut Vec<Row>) -> Result<()> {
     let n = s.n;
     let pid = pid_of(&s.leader)?;
     let (cpu_before, rss_before) = (cpu_seconds(pid)?, super::rss_kib(pid)?);
+    let machine_before = machine_cpu(s, pid)?;
     let started = Instant::now();
     create_stacks(&s.admin, n).await?;
     println!("  created {n} stacks in {:.0?}", started.elapsed());
@@ -355,6 +393,7 @@ async fn ready_rows(s: &Scale, rows: &mut Vec<Row>) -> Result<()> {
     })
     .await?;
     let cpu = cpu_seconds(pid)? - cpu_before;
+    let machine = machine_cpu(s, pid)?;
     let (rss, peak) = (super::rss_kib(pid)?, super::peak_rss_kib(pid)?);
     let lost = terms_lost(&s.leader);
     let (ns, nodes) = (n.div_ceil(STACKS_PER_NAMESPACE), s.nodes);
@@ -377,6 +416,13 @@ async fn ready_rows(s: &Scale, rows: &mut Vec<Row>) -> Result<()> {
         rows,
         "scale: leader CPU until all Ready",
         format!("{cpu:.1} s ({:.0} ms per stack)", 1000.0 * cpu / n as f64),
+        "-",
+        None,
+    );
+    row(
+        rows,
+        "scale: CPU until all Ready, by process",
+        cpu_shares(&machine_before, &machine, took),
         "-",
         None,
     );

@@ -447,6 +447,11 @@ impl ControlPlane {
         self.procs.iter().map(|p| p.child.id()).collect()
     }
 
+    /// Each process by its program's name (etcd, kube-apiserver, ...), in start order.
+    pub fn named_pids(&self) -> Vec<(&'static str, u32)> {
+        self.procs.iter().map(|p| (p.name, p.child.id())).collect()
+    }
+
     /// Leaves the processes running when dropped.
     pub fn detach(mut self) {
         self.detached = true;

@@ -12,7 +12,7 @@
 //!   taints them and evicts their pods, which stay Terminating since no kubelet confirms.
 //!   [`NodeSim::zone_up`] reconnects them: Ready again, evicted pods removed, the others
 //!   reported Running and Ready again.
-//! - Bound pods become Running and Ready, except a pod with the zone init container,
+//! - Bound pods become Running and Ready, with the pod IP 127.0.0.1 (see [`PodIps`]), except a pod with the zone init container,
 //!   which stays Pending until its zone annotation is set, as the real init container
 //!   would. Pods being deleted are removed at once, as a kubelet would once they stop.
 //! - Claims of the simulated zonal StorageClass (`WaitForFirstConsumer`) get a
@@ -21,7 +21,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::net::Ipv4Addr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -88,6 +90,42 @@ pub struct NodeSim {
     dark: Dark,
     ready_after: Duration,
     heartbeats: Heartbeats,
+    pod_ips: PodIps,
+}
+
+/// The IP a simulated kubelet reports for a pod.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodIps {
+    /// 127.0.0.1 for every pod, so that what the operator sends to a pod (an ingester's
+    /// flush before a scale-down) stays on this machine, where a scenario can answer it.
+    /// Endpoints validation refuses loopback addresses, so the endpoints controller
+    /// fails on every Service with a ready pod, retries and records a Warning each time.
+    #[default]
+    Loopback,
+    /// A distinct address per pod from 198.18.0.0/15, the block RFC 2544 sets aside for
+    /// benchmarks, so the endpoints controller writes Endpoints as it does in a cluster.
+    /// Only where nothing dials a pod: the bench's scale section never resizes a stack,
+    /// so the operator never calls an ingester, and nothing else here calls pods.
+    Distinct,
+}
+
+/// Addresses handed out under [`PodIps::Distinct`], in this process.
+static NEXT_POD_IP: AtomicU32 = AtomicU32::new(0);
+
+impl PodIps {
+    /// The pod's address: the one it reports already (a pod reported Ready again after
+    /// its node came back keeps its IP), else a new one.
+    fn for_pod(self, pod: &Pod) -> String {
+        let reported = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+        match self {
+            PodIps::Loopback => Ipv4Addr::LOCALHOST.to_string(),
+            PodIps::Distinct => reported.unwrap_or_else(|| {
+                // 2^17 - 2 host addresses in the /15; wrapping is harmless at bench scale.
+                let n = NEXT_POD_IP.fetch_add(1, Ordering::Relaxed) % ((1 << 17) - 2) + 1;
+                Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + n).to_string()
+            }),
+        }
+    }
 }
 
 /// The node status a kubelet posts: capacity and the conditions the lifecycle controller
@@ -188,7 +226,15 @@ impl NodeSim {
             dark: Dark::default(),
             ready_after: Duration::ZERO,
             heartbeats: Heartbeats::default(),
+            pod_ips: PodIps::default(),
         }
+    }
+
+    /// Pod IPs other than 127.0.0.1 for every pod: see [`PodIps::Distinct`] for where
+    /// that is safe.
+    pub fn with_pod_ips(mut self, pod_ips: PodIps) -> Self {
+        self.pod_ips = pod_ips;
+        self
     }
 
     /// Heartbeats other than the default (every [`HEARTBEAT`], Lease and status): the
@@ -293,7 +339,7 @@ impl NodeSim {
             let pods: Api<Pod> = Api::all(self.client.clone());
             let on_node = ListParams::default().fields(&format!("spec.nodeName={name}"));
             for pod in pods.list(&on_node).await? {
-                sync_pod(&self.client, &self.dark, &pod).await;
+                sync_pod(&self.client, &self.dark, &pod, self.pod_ips).await;
             }
         }
         Ok(())
@@ -333,6 +379,7 @@ impl NodeSim {
                 self.client.clone(),
                 self.dark.clone(),
                 self.ready_after,
+                self.pod_ips,
             )),
             Box::pin(provisioner(self.client.clone())),
             Box::pin(namespace_names(self.client.clone())),
@@ -480,7 +527,7 @@ fn is_running_ready(pod: &Pod) -> bool {
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-async fn kubelet(client: Client, dark: Dark, ready_after: Duration) {
+async fn kubelet(client: Client, dark: Dark, ready_after: Duration, ips: PodIps) {
     let all: Api<Pod> = Api::all(client.clone());
     let stream = watcher(all, watcher::Config::default())
         .default_backoff()
@@ -493,7 +540,7 @@ async fn kubelet(client: Client, dark: Dark, ready_after: Duration) {
         let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
         let immediate = ready_after.is_zero() || !bound || is_running_ready(&pod);
         if immediate || pod.metadata.deletion_timestamp.is_some() {
-            sync_pod(&client, &dark, &pod).await;
+            sync_pod(&client, &dark, &pod, ips).await;
             continue;
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -516,7 +563,7 @@ async fn kubelet(client: Client, dark: Dark, ready_after: Duration) {
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&uid);
             if let Some(p) = now.filter(|p| p.metadata.uid.as_deref() == Some(uid.as_str())) {
-                sync_pod(&client, &dark, &p).await;
+                sync_pod(&client, &dark, &p, ips).await;
             }
         });
     }
@@ -525,7 +572,7 @@ async fn kubelet(client: Client, dark: Dark, ready_after: Duration) {
 /// What the kubelet of the pod's node does with it, unless that kubelet is cut off: a pod
 /// being deleted is removed, a pod not yet Running and Ready (or marked not Ready by the
 /// lifecycle controller) is reported Running and Ready.
-async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod) {
+async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod, ips: PodIps) {
     let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
         return;
     };
@@ -566,7 +613,7 @@ async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod) {
     let status = json!({"status": {
         "phase": "Running",
         "hostIP": "127.0.0.1",
-        "podIP": "127.0.0.1",
+        "podIP": ips.for_pod(pod),
         "startTime": started,
         "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
     }});
