@@ -70,7 +70,6 @@ fn reconcile_context(p: &Parts, webhook_coverage: WebhookCoverage) -> Arc<Contex
         client: p.client.clone(),
         caches: p.caches.clone(),
         applier: Applier::new(p.client.clone(), p.capabilities),
-        render_memo: Default::default(),
         settings: p.settings.clone(),
         capabilities: p.capabilities,
         notify: Notifier::new(p.recorder.clone()),

@@ -27,7 +27,6 @@ use crate::model::storage::{
 };
 use crate::observe::Snapshot;
 use crate::render::kinds::ChildKind;
-use crate::render::memo::RenderMemo;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
 
 #[derive(Debug, thiserror::Error)]
@@ -190,18 +189,6 @@ pub fn plan(
     settings: &Settings,
     caps: &ServerCapabilities,
 ) -> Result<Plan, PlanError> {
-    plan_with(stack, snapshot, settings, caps, None)
-}
-
-/// [`plan`], rendering through `memo` when given: the same plan, without rendering again
-/// what the stack's last render was made from.
-pub fn plan_with(
-    stack: &LokiStack,
-    snapshot: &Snapshot,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-    memo: Option<&RenderMemo>,
-) -> Result<Plan, PlanError> {
     let mut eff = effective(&stack.spec);
     let findings = check(stack, snapshot, &mut eff);
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
@@ -216,10 +203,7 @@ pub fn plan_with(
         Action::HoldBack
     } else {
         zone_awareness = staging::stage(stack, snapshot, &mut eff)?;
-        let mut children = match memo {
-            Some(memo) => memo.render(stack, &eff, settings, caps)?,
-            None => render(stack, &eff, settings, caps)?,
-        };
+        let mut children = render(stack, &eff, settings, caps)?;
         // Stale before holding: a held StatefulSet is still wanted, never removed.
         let (stale, left) = not_rendered(snapshot, &children);
         if zone_outage(&findings) && !forced(stack) {

@@ -31,8 +31,7 @@ use crate::model::api::{LokiStack, LokiStackStatus, ManagementState, ZoneAwarene
 use crate::observe::{ruler_secret_keys, storage_ca_keys, ObserveError, Snapshot};
 use crate::plan::recovery;
 use crate::plan::staging;
-use crate::plan::{self, plan_with, Plan, PlanError};
-use crate::render::memo::RenderMemo;
+use crate::plan::{self, plan, Plan, PlanError};
 use crate::render::{ServerCapabilities, Settings};
 use crate::status::{self, Outcome};
 use crate::telemetry::metrics::{Metrics, StackView};
@@ -54,8 +53,6 @@ pub struct Context {
     pub client: Client,
     pub caches: Caches,
     pub applier: Applier,
-    /// The last render of each stack ([`RenderMemo`]), as new as the applier.
-    pub render_memo: RenderMemo,
     pub settings: Settings,
     pub capabilities: ServerCapabilities,
     pub notify: Notifier,
@@ -158,13 +155,7 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, Next), R
     snapshot.rules.remote_write_secret_keys =
         ruler_secret_keys(&ctx.client, &snapshot.rules, &snapshot.namespace).await?;
     snapshot.disruptions_by_zone = disruptions_by_zone(ctx, stack, &snapshot.namespace).await;
-    let mut plan = plan_with(
-        stack,
-        &snapshot,
-        &ctx.settings,
-        &ctx.capabilities,
-        Some(&ctx.render_memo),
-    )?;
+    let mut plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
     let scale_down_held = scale_down::step(&ctx.notify, stack, &snapshot, &mut plan).await;
     let applied = apply(ctx, &snapshot, &plan).await;
     let outcome = match &applied {
@@ -371,7 +362,6 @@ fn forget_deleted_stacks(ctx: &Context) {
         .map(|s| (s.namespace().unwrap_or_default(), s.name_any()))
         .collect();
     ctx.applier.retain(&live);
-    ctx.render_memo.retain(&live);
     ctx.metrics.retain(&live);
 }
 
@@ -381,13 +371,11 @@ fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<Action> {
     let (ns, name) = (stack.namespace().unwrap_or_default(), stack.name_any());
     if stack.metadata.deletion_timestamp.is_some() {
         ctx.applier.forget(&ns, &name);
-        ctx.render_memo.forget(&ns, &name);
         ctx.metrics.set_stack(&ns, &name, None);
         return Some(Action::await_change());
     }
     if stack.spec.management_state == ManagementState::Unmanaged {
         ctx.applier.forget(&ns, &name);
-        ctx.render_memo.forget(&ns, &name);
         return Some(Action::await_change());
     }
     None

@@ -7,7 +7,6 @@
 
 pub mod kinds;
 pub mod limits;
-pub mod memo;
 pub mod network;
 pub mod rules;
 
