@@ -63,6 +63,11 @@ impl Index {
         }
     }
 
+    /// Forgets everything (a first list starting again).
+    pub(crate) fn clear(&self) {
+        self.write().live.clear();
+    }
+
     pub(crate) fn remove(&self, key: Option<StackKey>, id: &Id) {
         let Some(key) = key else {
             return;
