@@ -12,9 +12,10 @@
 //!   taints them and evicts their pods, which stay Terminating since no kubelet confirms.
 //!   [`NodeSim::zone_up`] reconnects them: Ready again, evicted pods removed, the others
 //!   reported Running and Ready again.
-//! - Bound pods become Running and Ready, with the pod IP 127.0.0.1 (see [`PodIps`]), except a pod with the zone init container,
-//!   which stays Pending until its zone annotation is set, as the real init container
-//!   would. Pods being deleted are removed at once, as a kubelet would once they stop.
+//! - Bound pods become Running and Ready, with the pod IP 127.0.0.1 (see [`PodIps`]),
+//!   except a pod with the zone init container, which stays Pending until its zone
+//!   annotation is set, as the real init container would. Pods being deleted are
+//!   removed at once, as a kubelet would once they stop.
 //! - Claims of the simulated zonal StorageClass (`WaitForFirstConsumer`) get a
 //!   PersistentVolume bound to them, with node affinity to the zone of the node the
 //!   scheduler selected, the way a cloud disk behaves.
@@ -116,7 +117,11 @@ impl PodIps {
     /// The pod's address: the one it reports already (a pod reported Ready again after
     /// its node came back keeps its IP), else a new one.
     fn for_pod(self, pod: &Pod) -> String {
-        let reported = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+        let reported = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .filter(|ip| !ip.is_empty());
         match self {
             PodIps::Loopback => Ipv4Addr::LOCALHOST.to_string(),
             PodIps::Distinct => reported.unwrap_or_else(|| {
