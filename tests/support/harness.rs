@@ -444,7 +444,7 @@ impl ControlPlane {
 
     /// PIDs of the processes, for `make demo-down`.
     pub fn pids(&self) -> Vec<u32> {
-        self.procs.iter().map(|p| p.child.id()).collect()
+        self.named_pids().into_iter().map(|(_, pid)| pid).collect()
     }
 
     /// Each process by its program's name (etcd, kube-apiserver, ...), in start order.

@@ -8,9 +8,7 @@
 //! whose CRD the server does not serve is not watched at all (an install that predates
 //! it); stacks that would pick its objects say so in a Warning.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -235,12 +233,6 @@ fn watch_kind(
     (store, task)
 }
 
-fn labels_fingerprint(labels: &BTreeMap<String, String>) -> u64 {
-    let mut h = DefaultHasher::new();
-    labels.hash(&mut h);
-    h.finish()
-}
-
 /// Namespaces, metadata only: a change of labels re-runs the stacks with a namespace
 /// selector, and the rules' status.
 fn watch_namespaces(
@@ -279,7 +271,7 @@ fn watch_namespaces(
             let changed = if deleted {
                 seen.remove(&name).is_some()
             } else {
-                let print = labels_fingerprint(m.labels());
+                let print = crate::strip::labels_fingerprint(m.labels());
                 seen.insert(name, print) != Some(print)
             };
             if !changed {

@@ -189,7 +189,8 @@ where
     /// Applies one event of the watch of `namespace`.
     pub fn apply(&mut self, namespace: Option<&str>, event: &watcher::Event<K>) {
         let key = namespace.map(String::from);
-        if key.is_none() && self.unlisted.len() == 1 && self.unlisted.contains(&None) {
+        // A watch of every namespace is the only watch, so its first list is the store's.
+        if key.is_none() && self.unlisted.contains(&None) {
             self.first_whole_list(event);
             return;
         }

@@ -93,6 +93,18 @@ pub fn is_zone_aware(obj: &DynamicObject) -> bool {
         .is_some_and(|z| !z.is_empty())
 }
 
+/// Whether the stack's status says its current spec was applied (`observedGeneration`
+/// is its `generation`): its reconcile then mostly reads and writes a status. A new or
+/// edited stack, or one held back, applies (or tries to apply) its children.
+pub fn spec_applied(obj: &DynamicObject) -> bool {
+    let observed = obj
+        .data
+        .get("status")
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(Value::as_i64);
+    observed.is_some() && observed == obj.metadata.generation
+}
+
 /// The status to write on a stack that does not decode: what it had, with Degraded
 /// `InvalidSpec` and Ready False saying what to fix. `None` when it already says so.
 /// The rest of the status is kept: a server-side apply drops what it omits.
@@ -150,6 +162,22 @@ pub fn undecodable_status(obj: &DynamicObject, e: &DecodeError, now: &str) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stack(generation: i64, observed: Option<i64>) -> DynamicObject {
+        let mut obj = DynamicObject::new("s", &resource());
+        obj.metadata.generation = Some(generation);
+        if let Some(o) = observed {
+            obj.data = json!({"status": {"observedGeneration": o}});
+        }
+        obj
+    }
+
+    #[test]
+    fn a_spec_is_applied_once_the_status_observed_its_generation() {
+        assert!(spec_applied(&stack(3, Some(3))));
+        assert!(!spec_applied(&stack(1, None)), "new");
+        assert!(!spec_applied(&stack(4, Some(3))), "edited, or held back");
+    }
 
     fn stored(spec: Value) -> DynamicObject {
         let mut obj = DynamicObject::new("s", &resource()).within("ns");

@@ -92,7 +92,7 @@ async fn in_turn(
     lanes: Lanes,
     store: Store<DynamicObject>,
 ) -> Result<Action, ReconcileError> {
-    let Some(_turn) = lanes.turn(spec_applied(&obj)).await else {
+    let Some(_turn) = lanes.turn(stacks::spec_applied(&obj)).await else {
         // Closed: the term is ending.
         return Ok(Action::await_change());
     };
@@ -100,18 +100,6 @@ async fn in_turn(
         return Ok(Action::await_change());
     };
     Box::pin(reconcile(now, ctx)).await
-}
-
-/// Whether the stack's status says its current spec was applied (`observedGeneration`
-/// is its `generation`): its reconcile then mostly reads and writes a status. A new or
-/// edited stack, or one held back, applies (or tries to apply) its children.
-fn spec_applied(obj: &DynamicObject) -> bool {
-    let observed = obj
-        .data
-        .get("status")
-        .and_then(|s| s.get("observedGeneration"))
-        .and_then(serde_json::Value::as_i64);
-    observed.is_some() && observed == obj.metadata.generation
 }
 
 /// Turns to reconcile: `slots` in all, first come, first served (tokio's semaphores
@@ -181,22 +169,6 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
     use std::time::Duration;
-
-    fn stack(generation: i64, observed: Option<i64>) -> DynamicObject {
-        let mut obj = DynamicObject::new("s", &stacks::resource());
-        obj.metadata.generation = Some(generation);
-        if let Some(o) = observed {
-            obj.data = serde_json::json!({"status": {"observedGeneration": o}});
-        }
-        obj
-    }
-
-    #[test]
-    fn a_spec_is_applied_once_the_status_observed_its_generation() {
-        assert!(spec_applied(&stack(3, Some(3))));
-        assert!(!spec_applied(&stack(1, None)), "new");
-        assert!(!spec_applied(&stack(4, Some(3))), "edited, or held back");
-    }
 
     /// 40 new stacks fall due, then one running stack: it gets its turn as soon as the
     /// first reconciles end, not after the 40.

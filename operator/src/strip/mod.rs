@@ -45,6 +45,13 @@ pub fn strip_node(n: &mut Node) {
     });
 }
 
+/// An object's labels, to tell a label change from any other update without a copy.
+pub fn labels_fingerprint(labels: &std::collections::BTreeMap<String, String>) -> u64 {
+    let mut h = DefaultHasher::new();
+    labels.hash(&mut h);
+    h.finish()
+}
+
 /// What of a node can change a zone check or a pod's zone.
 pub fn node_fingerprint(n: &Node) -> u64 {
     let mut h = DefaultHasher::new();
