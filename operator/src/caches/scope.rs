@@ -107,7 +107,10 @@ fn is_dns_label(s: &str) -> bool {
 ///
 /// Here every object of a re-list is stored as it comes, before the stream passes it
 /// on, and a re-list's `InitDone` removes only the objects of its own watch that the list
-/// did not name. The store reports ready once every watch has been listed (a lone
+/// did not name, which [`reflect`] passes on as `Delete`s: an object deleted while the
+/// watch was down is news to whoever reacts to deletions (a stack whose child is gone
+/// re-applies it), not something to wait a resync for. The store reports ready once
+/// every watch has been listed (a lone
 /// cluster-wide watch's first list still goes through kube's swap: nothing reads the
 /// store before it is ready). Beside the store it keeps an [`Index`] of the objects by
 /// stack, changed in the same calls.
@@ -186,13 +189,14 @@ where
         self.index.remove(key, &id_of(obj));
     }
 
-    /// Applies one event of the watch of `namespace`.
-    pub fn apply(&mut self, namespace: Option<&str>, event: &watcher::Event<K>) {
+    /// Applies one event of the watch of `namespace`; returns the objects a re-list's end
+    /// removed because the list no longer named them (deleted while the watch was down).
+    pub fn apply(&mut self, namespace: Option<&str>, event: &watcher::Event<K>) -> Vec<K> {
         let key = namespace.map(String::from);
         // A watch of every namespace is the only watch, so its first list is the store's.
         if key.is_none() && self.unlisted.contains(&None) {
             self.first_whole_list(event);
-            return;
+            return Vec::new();
         }
         match event {
             watcher::Event::Apply(o) => {
@@ -220,16 +224,21 @@ where
                         namespace.is_none() || o.meta().namespace.as_deref() == namespace;
                     in_watch && !listed.contains(&ObjectRef::from_obj_with(o, self.dyntype.clone()))
                 });
+                let mut removed = Vec::with_capacity(gone.len());
                 for o in gone {
                     self.untrack(&o);
+                    let o = (*o).clone();
                     self.writer
-                        .apply_watcher_event(&watcher::Event::Delete((*o).clone()));
+                        .apply_watcher_event(&watcher::Event::Delete(o.clone()));
+                    removed.push(o);
                 }
                 if self.unlisted.remove(&key) && self.unlisted.is_empty() {
                     self.mark_ready();
                 }
+                return removed;
             }
         }
+        Vec::new()
     }
 
     /// The first list of a lone watch of every namespace goes to kube's `Writer` as it
@@ -279,8 +288,9 @@ pub type EventStream<K> = BoxStream<'static, Result<watcher::Event<K>, watcher::
 pub const LIST_PAGE: u32 = 100;
 
 /// Watches `watches` into one store, indexed by `key_of`; the stream yields every event
-/// after the store has taken it (as kube's `reflect` does) and must be polled for the
-/// store to fill.
+/// after the store has taken it (as kube's `reflect` does), and a `Delete` for each
+/// object a re-list found gone, just before that re-list's `InitDone`. It must be polled
+/// for the store to fill.
 pub fn reflect<K>(
     watches: Vec<(Option<String>, Api<K>)>,
     config: watcher::Config,
@@ -303,14 +313,32 @@ where
             .boxed()
     });
     let merged = stream::select_all(streams)
-        .map(move |(ns, ev)| {
-            if let Ok(e) = &ev {
-                writer.apply(ns.as_deref(), e);
-            }
-            ev
-        })
+        .flat_map(move |(ns, ev)| stream::iter(pass_on(&mut writer, ns.as_deref(), ev)))
         .boxed();
     (reader, index, merged)
+}
+
+/// Stores one event of the watch of `namespace`; what the stream then passes on: the
+/// event, after a `Delete` of each object it removed.
+fn pass_on<K, E>(
+    writer: &mut ScopedWriter<K>,
+    namespace: Option<&str>,
+    event: Result<watcher::Event<K>, E>,
+) -> Vec<Result<watcher::Event<K>, E>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let gone = match &event {
+        Ok(e) => writer.apply(namespace, e),
+        Err(_) => Vec::new(),
+    };
+    let mut out: Vec<_> = gone
+        .into_iter()
+        .map(|o| Ok(watcher::Event::Delete(o)))
+        .collect();
+    out.push(event);
+    out
 }
 
 #[cfg(test)]
@@ -370,12 +398,14 @@ mod tests {
         v
     }
 
-    fn list(w: &mut ScopedWriter<Pod>, ns: &str, pods: &[Pod]) {
+    /// Lists `pods` as the watch of `ns`; the names of the objects the list's end removed.
+    fn list(w: &mut ScopedWriter<Pod>, ns: &str, pods: &[Pod]) -> Vec<String> {
         w.apply(Some(ns), &watcher::Event::Init);
         for p in pods {
             w.apply(Some(ns), &watcher::Event::InitApply(p.clone()));
         }
-        w.apply(Some(ns), &watcher::Event::InitDone);
+        let gone = w.apply(Some(ns), &watcher::Event::InitDone);
+        gone.iter().map(|p| p.name_any()).collect()
     }
 
     fn ready(store: &Store<Pod>) -> bool {
@@ -393,8 +423,10 @@ mod tests {
         assert!(ready(&store));
         assert_eq!(names(&store), ["a/p1@1", "a/p2@1", "b/q1@1"]);
         assert_indexed(&w);
-        // a's watch restarts: p2 went away and p1 changed meanwhile. b's pod stays.
-        list(&mut w, "a", &[pod("a", "p1", "2"), pod("a", "p3", "1")]);
+        // a's watch restarts: p2 went away and p1 changed meanwhile. b's pod stays, and
+        // p2's deletion is passed on.
+        let gone = list(&mut w, "a", &[pod("a", "p1", "2"), pod("a", "p3", "1")]);
+        assert_eq!(gone, ["p2"]);
         assert_eq!(names(&store), ["a/p1@2", "a/p3@1", "b/q1@1"]);
         assert_indexed(&w);
         // Live events of either namespace go straight through.
@@ -475,8 +507,16 @@ mod tests {
             w.apply(watch, &watcher::Event::InitApply(pod("b", "q", "2")));
             assert_eq!(names(&store), ["b/q@2", "b/r@1", "b/s@1"], "{watch:?}");
             assert_indexed(&w);
-            // What the list did not name leaves at its end.
-            w.apply(watch, &watcher::Event::InitDone);
+            // What the list did not name leaves at its end, and the stream says so first.
+            let passed: Vec<String> = pass_on::<_, ()>(&mut w, watch, Ok(watcher::Event::InitDone))
+                .into_iter()
+                .map(|e| match e {
+                    Ok(watcher::Event::Delete(p)) => format!("Delete {}", p.name_any()),
+                    Ok(watcher::Event::InitDone) => "InitDone".to_string(),
+                    other => format!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(passed, ["Delete r", "InitDone"], "{watch:?}");
             assert_eq!(names(&store), ["b/q@2", "b/s@1"], "{watch:?}");
             assert_indexed(&w);
         }
