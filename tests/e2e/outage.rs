@@ -413,6 +413,36 @@ async fn outage_stack(env: &Env) -> Result<()> {
         ensure!(is_true(s, "Ready", "ReadyComponents"), "not Ready");
         Ok(())
     })
+    .await?;
+    deployments_rolled_out(env).await
+}
+
+/// Every Deployment of the outage stack runs its current template alone. A zone that
+/// comes back rolls the stateless pods back (on servers without `nodeTaintsPolicy` their
+/// template keeps them off an unavailable zone), and the stack is Ready again before that
+/// rollout ends; a test that starts then would measure the tail of the last one's rollout
+/// overlapping its own, three ReplicaSets of a Deployment at once.
+async fn deployments_rolled_out(env: &Env) -> Result<()> {
+    let deploys: Api<Deployment> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
+    eventually("the stack's Deployments rolled out", WAIT, || async {
+        let mut rolling = Vec::new();
+        for d in deploys.list(&ListParams::default()).await?.items {
+            let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let st = d.status.clone().unwrap_or_default();
+            let current = st.observed_generation >= d.metadata.generation
+                && st.replicas == Some(want)
+                && st.updated_replicas == Some(want)
+                && st.available_replicas == Some(want);
+            if !current {
+                rolling.push(d.name_any());
+            }
+        }
+        if rolling.is_empty() {
+            Ok(Some(()))
+        } else {
+            Err(anyhow!("still rolling: {rolling:?}"))
+        }
+    })
     .await
 }
 
@@ -462,7 +492,12 @@ impl ReadyWatch {
             loop {
                 let found = match raw_status(&client, OUTAGE_NS, OUTAGE_STACK).await {
                     Ok(s) if is_ready_stack(&s) => None,
-                    Ok(s) => Some(format!("{}: {}", Timestamp::now(), pretty(&s))),
+                    Ok(s) => Some(format!(
+                        "{}: {}\nthe stack's pods as the API server has them then:\n{}",
+                        Timestamp::now(),
+                        pretty(&s),
+                        pod_table(&client).await
+                    )),
                     Err(e) => Some(format!("{}: reading the stack: {e:#}", Timestamp::now())),
                 };
                 {
@@ -492,6 +527,43 @@ impl ReadyWatch {
         );
         Ok(())
     }
+}
+
+/// One line per pod of the outage namespace: what a status that was not Ready is checked
+/// against, to tell a pod really gone from one the operator did not see.
+async fn pod_table(client: &Client) -> String {
+    let pods = match Api::<Pod>::namespaced(client.clone(), OUTAGE_NS)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(l) => l.items,
+        Err(e) => return format!("  (listing pods: {e})"),
+    };
+    let mut out = String::new();
+    for p in pods {
+        let status = p.status.as_ref();
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+            .map_or("-", |c| c.status.as_str());
+        out.push_str(&format!(
+            "  {} phase={} ready={} node={} deleting={} created={}\n",
+            p.name_any(),
+            status.and_then(|s| s.phase.as_deref()).unwrap_or("-"),
+            ready,
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .unwrap_or("-"),
+            p.metadata.deletion_timestamp.is_some(),
+            p.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+        ));
+    }
+    out
 }
 
 /// The contract of one lost zone out of three with RF 3, checked on a status.
