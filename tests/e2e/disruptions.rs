@@ -207,7 +207,7 @@ pub(super) async fn evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass(
     let t = Instant::now();
     let out = drain(env, "zone-b", "180s").await;
     let result = match out {
-        Ok(out) => drained(env, &out, &a, t).await,
+        Ok(out) => drained(env, &out, &a, t, zone_of.len()).await,
         Err(e) => Err(e),
     };
     uncordon(env, "zone-b").await?;
@@ -266,15 +266,34 @@ async fn cordoning(env: &Env, zone: &str, verb: &str) -> Result<()> {
 /// zone-c now waits on the webhook (kubectl retries its 429s) and never takes zone-c's
 /// ingesters. An operator restarted now (its memory of what it allowed gone) still knows
 /// zone-b's ingesters' zone from their volumes, and refuses an eviction in zone-a.
-async fn drained(env: &mut Env, out: &str, a: &[String], t: Instant) -> Result<()> {
+async fn drained(
+    env: &mut Env,
+    out: &str,
+    a: &[String],
+    t: Instant,
+    ingesters: usize,
+) -> Result<()> {
     let waits = out.matches("will retry after").count();
     println!(
         "    kubectl drain of zone-b in {:.1?}, {waits} eviction(s) retried",
         t.elapsed()
     );
-    let now = ingesters_in(env, NS).await?;
-    let pending = now.values().filter(|(_, _, up)| !*up).count();
-    ensure!(pending == 2, "zone-b's ingesters not all waiting: {now:?}");
+    // kubectl returns once the evicted pods are gone; the StatefulSet controller recreates
+    // them a moment later (under load, after kubectl has returned).
+    eventually(
+        "zone-b's ingesters recreated and waiting",
+        Duration::from_secs(30),
+        || async {
+            let now = ingesters_in(env, NS).await?;
+            let pending = now.values().filter(|(_, _, up)| !*up).count();
+            ensure!(
+                now.len() == ingesters && pending == 2,
+                "zone-b's ingesters not all waiting: {now:?}"
+            );
+            Ok(Some(()))
+        },
+    )
+    .await?;
     match drain(env, "zone-c", "8s").await {
         Ok(out) => bail!("zone-c drained while zone-b is down:\n{out}"),
         Err(e) => {
