@@ -427,6 +427,8 @@ pub async fn a_broken_webhook_never_blocks_scheduling(env: &mut Env) -> Result<(
         },
     )
     .await?;
+    // As above: the API server's informer takes the new address a moment later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let pods = create_pods(env, NS, &format!("{STACK}-unreachable"), 3).await?;
     let first = wait_zoned(&seen, env, NS, &pods).await?;
     ensure!(
