@@ -110,10 +110,9 @@ fn is_dns_label(s: &str) -> bool {
 /// did not name, which [`reflect`] passes on as `Delete`s: an object deleted while the
 /// watch was down is news to whoever reacts to deletions (a stack whose child is gone
 /// re-applies it), not something to wait a resync for. The store reports ready once
-/// every watch has been listed (a lone
-/// cluster-wide watch's first list still goes through kube's swap: nothing reads the
-/// store before it is ready). Beside the store it keeps an [`Index`] of the objects by
-/// stack, changed in the same calls.
+/// every watch has been listed (a lone cluster-wide watch's first list still goes
+/// through kube's swap: nothing reads the store before it is ready). Beside the store
+/// it keeps an [`Index`] of the objects by stack, changed in the same calls.
 pub struct ScopedWriter<K>
 where
     K: Resource + Clone + 'static,
@@ -319,12 +318,14 @@ where
 }
 
 /// Stores one event of the watch of `namespace`; what the stream then passes on: the
-/// event, after a `Delete` of each object it removed.
+/// event, after a `Delete` of each object it removed. Every watch event goes through
+/// here, and but for a re-list's end nothing is removed: the empty `Vec` and the chain
+/// allocate nothing.
 fn pass_on<K, E>(
     writer: &mut ScopedWriter<K>,
     namespace: Option<&str>,
     event: Result<watcher::Event<K>, E>,
-) -> Vec<Result<watcher::Event<K>, E>>
+) -> impl Iterator<Item = Result<watcher::Event<K>, E>>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
@@ -333,12 +334,9 @@ where
         Ok(e) => writer.apply(namespace, e),
         Err(_) => Vec::new(),
     };
-    let mut out: Vec<_> = gone
-        .into_iter()
+    gone.into_iter()
         .map(|o| Ok(watcher::Event::Delete(o)))
-        .collect();
-    out.push(event);
-    out
+        .chain(std::iter::once(event))
 }
 
 #[cfg(test)]
@@ -398,13 +396,14 @@ mod tests {
         v
     }
 
-    /// Lists `pods` as the watch of `ns`; the names of the objects the list's end removed.
-    fn list(w: &mut ScopedWriter<Pod>, ns: &str, pods: &[Pod]) -> Vec<String> {
-        w.apply(Some(ns), &watcher::Event::Init);
+    /// Lists `pods` as the watch of `watch`; the names of the objects the list's end
+    /// removed.
+    fn list(w: &mut ScopedWriter<Pod>, watch: Option<&str>, pods: &[Pod]) -> Vec<String> {
+        w.apply(watch, &watcher::Event::Init);
         for p in pods {
-            w.apply(Some(ns), &watcher::Event::InitApply(p.clone()));
+            w.apply(watch, &watcher::Event::InitApply(p.clone()));
         }
-        let gone = w.apply(Some(ns), &watcher::Event::InitDone);
+        let gone = w.apply(watch, &watcher::Event::InitDone);
         gone.iter().map(|p| p.name_any()).collect()
     }
 
@@ -417,15 +416,23 @@ mod tests {
         let mut w =
             ScopedWriter::<Pod>::new((), [Some("a".into()), Some("b".into())], index::by_instance);
         let store = w.reader();
-        list(&mut w, "a", &[pod("a", "p1", "1"), pod("a", "p2", "1")]);
+        list(
+            &mut w,
+            Some("a"),
+            &[pod("a", "p1", "1"), pod("a", "p2", "1")],
+        );
         assert!(!ready(&store), "ready before namespace b was listed");
-        list(&mut w, "b", &[pod("b", "q1", "1")]);
+        list(&mut w, Some("b"), &[pod("b", "q1", "1")]);
         assert!(ready(&store));
         assert_eq!(names(&store), ["a/p1@1", "a/p2@1", "b/q1@1"]);
         assert_indexed(&w);
         // a's watch restarts: p2 went away and p1 changed meanwhile. b's pod stays, and
         // p2's deletion is passed on.
-        let gone = list(&mut w, "a", &[pod("a", "p1", "2"), pod("a", "p3", "1")]);
+        let gone = list(
+            &mut w,
+            Some("a"),
+            &[pod("a", "p1", "2"), pod("a", "p3", "1")],
+        );
         assert_eq!(gone, ["p2"]);
         assert_eq!(names(&store), ["a/p1@2", "a/p3@1", "b/q1@1"]);
         assert_indexed(&w);
@@ -435,7 +442,7 @@ mod tests {
         assert_eq!(names(&store), ["a/p3@1", "b/q1@1", "b/q2@1"]);
         assert_indexed(&w);
         // An empty re-list of b empties b only.
-        list(&mut w, "b", &[]);
+        list(&mut w, Some("b"), &[]);
         assert_eq!(names(&store), ["a/p3@1"]);
         assert_indexed(&w);
     }
@@ -478,9 +485,7 @@ mod tests {
         let store = w.reader();
         w.apply(None, &watcher::Event::Init);
         w.apply(None, &watcher::Event::InitApply(pod("a", "p", "1")));
-        w.apply(None, &watcher::Event::Init);
-        w.apply(None, &watcher::Event::InitApply(pod("b", "q", "1")));
-        w.apply(None, &watcher::Event::InitDone);
+        list(&mut w, None, &[pod("b", "q", "1")]);
         assert!(ready(&store));
         assert_eq!(names(&store), ["b/q@1"]);
         assert_indexed(&w);
@@ -493,10 +498,7 @@ mod tests {
         for watch in [None, Some("b")] {
             let mut w = ScopedWriter::<Pod>::new((), [watch.map(String::from)], index::by_instance);
             let store = w.reader();
-            w.apply(watch, &watcher::Event::Init);
-            w.apply(watch, &watcher::Event::InitApply(pod("b", "q", "1")));
-            w.apply(watch, &watcher::Event::InitApply(pod("b", "r", "1")));
-            w.apply(watch, &watcher::Event::InitDone);
+            list(&mut w, watch, &[pod("b", "q", "1"), pod("b", "r", "1")]);
             // The watch expires; meanwhile q changed, r went away and s was created.
             w.apply(watch, &watcher::Event::Init);
             w.apply(watch, &watcher::Event::InitApply(pod("b", "s", "1")));
@@ -509,7 +511,6 @@ mod tests {
             assert_indexed(&w);
             // What the list did not name leaves at its end, and the stream says so first.
             let passed: Vec<String> = pass_on::<_, ()>(&mut w, watch, Ok(watcher::Event::InitDone))
-                .into_iter()
                 .map(|e| match e {
                     Ok(watcher::Event::Delete(p)) => format!("Delete {}", p.name_any()),
                     Ok(watcher::Event::InitDone) => "InitDone".to_string(),
