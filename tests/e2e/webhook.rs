@@ -303,6 +303,13 @@ pub async fn a_namespace_without_zone_aware_stacks_never_reaches_the_webhook(
     Ok(())
 }
 
+/// kube-apiserver takes webhook configurations from its own informer: a moment for it to
+/// see a change before the next pod is bound, or that pod still goes through the
+/// configuration as it was.
+async fn configuration_taken() {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
 /// 33. A webhook the API server cannot trust, or cannot reach, never blocks scheduling:
 /// the pods are bound at once and zoned by the annotator. A wrong caBundle is put back
 /// by the operator, after which pods are zoned at bind again.
@@ -340,9 +347,7 @@ pub async fn a_broken_webhook_never_blocks_scheduling(env: &mut Env) -> Result<(
         configs
             .replace(names::WEBHOOK_CONFIGURATION, &PostParams::default(), &c)
             .await?;
-        // kube-apiserver takes webhook configurations from its own informer: give it a
-        // moment to see the change before the first pod is bound.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        configuration_taken().await;
         let from = audit_len(env);
         let pods = create_pods(env, NS, &format!("{STACK}-untrusted{trial}"), 3).await?;
         let first = wait_zoned(&seen, env, NS, &pods).await?;
@@ -390,11 +395,10 @@ pub async fn a_broken_webhook_never_blocks_scheduling(env: &mut Env) -> Result<(
         },
     )
     .await?;
-    // kube-apiserver sees the repaired configuration through its informer a moment
-    // later (as it saw the broken one): a pod bound before then still goes through the
-    // untrusted configuration and is zoned by the annotator instead. A fresh set of pods
-    // zoned at bind within three trials shows the repair took.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A pod bound before the API server sees the repair still goes through the untrusted
+    // configuration and is zoned by the annotator instead. A fresh set of pods zoned at
+    // bind within three trials shows the repair took.
+    configuration_taken().await;
     let mut zoned = Default::default();
     for trial in 0..3 {
         let pods = create_pods(env, NS, &format!("{STACK}-repaired{trial}"), 3).await?;
@@ -427,8 +431,7 @@ pub async fn a_broken_webhook_never_blocks_scheduling(env: &mut Env) -> Result<(
         },
     )
     .await?;
-    // As above: the API server's informer takes the new address a moment later.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    configuration_taken().await;
     let pods = create_pods(env, NS, &format!("{STACK}-unreachable"), 3).await?;
     let first = wait_zoned(&seen, env, NS, &pods).await?;
     ensure!(
