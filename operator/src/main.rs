@@ -11,9 +11,17 @@ use loki_zone_operator::model::duration;
 use loki_zone_operator::render::{self, ServerCapabilities, Settings};
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
 
+/// `--version`: the release and the commit it was built from (operator/build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("LZO_GIT_COMMIT"),
+    ")"
+);
+
 /// Kubernetes operator for Grafana Loki replicated across availability zones.
 #[derive(Parser)]
-#[command(name = "loki-zone-operator", version, about)]
+#[command(name = "loki-zone-operator", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

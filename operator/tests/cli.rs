@@ -546,3 +546,28 @@ fn render_with_rules_lays_out_the_picked_rules_and_the_ruler_config() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn version_names_the_release_and_the_commit() {
+    let out = run(&["--version"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let line = text(&out.stdout);
+    let want = format!("loki-zone-operator {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(line.starts_with(&want), "{line}");
+    // In a checkout, the commit is HEAD's (the build script reads it); `make release`
+    // and the Dockerfile pass it as LZO_GIT_COMMIT.
+    let commit = line[want.len()..].trim_end().trim_end_matches(')');
+    let head = Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| text(&o.stdout).trim().to_string());
+    // `LZO_GIT_COMMIT=... cargo test` builds and runs with the same environment.
+    match (std::env::var("LZO_GIT_COMMIT").ok(), head) {
+        (Some(given), _) if !given.trim().is_empty() => assert_eq!(commit, given.trim()),
+        (_, Some(head)) => assert_eq!(commit, head, "{line}"),
+        (_, None) => assert_eq!(commit, "unknown", "{line}"),
+    }
+}

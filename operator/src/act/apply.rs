@@ -11,10 +11,13 @@
 //! [`names::ANNOTATION_APPLIED_HASH`]. A new leader, which remembers nothing, skips an
 //! object whose annotation matches what it renders, unless someone else owns fields of
 //! it beyond metadata and status (their edit may have changed what was applied).
+//!
+//! So is an upgrade, as far as the hash goes: it is SHA-256 of the object's canonical
+//! JSON ([`applied_hash`]), which depends on the rendered object alone, not on the Rust
+//! release or the process that computed it. A new operator version whose render of a
+//! child is unchanged writes nothing to it.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
 use futures::stream::{self, StreamExt};
@@ -99,7 +102,8 @@ impl ApplyError {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Applied {
-    hash: u64,
+    /// [`applied_hash`] of what was applied.
+    hash: String,
     /// [`version_of`] the object the server returned.
     version: String,
 }
@@ -111,12 +115,12 @@ struct Applied {
 /// such as a ServiceAccount's token `secrets`, are no edit of ours). Another writer's
 /// fields on an unchanged object change neither our hash nor its generation: only the
 /// cache's marks tell that a take-over is due.
-fn unchanged(remembered: Option<&Applied>, now: &ChildState, hash: u64, rendered: &Value) -> bool {
+fn unchanged(remembered: Option<&Applied>, now: &ChildState, hash: &str, rendered: &Value) -> bool {
     let same = match remembered {
         Some(last) => last.hash == hash && last.version == now.version,
         None => {
             let edited = now.foreign_fields.iter().any(|f| rendered.get(f).is_some());
-            now.applied_hash.as_deref() == Some(format!("{hash:016x}").as_str()) && !edited
+            now.applied_hash.as_deref() == Some(hash) && !edited
         }
     };
     same && !now.written_by_go
@@ -167,10 +171,51 @@ async fn check_not_foreign(
     }
 }
 
-fn hash_json(v: &Value) -> u64 {
-    let mut h = DefaultHasher::new();
-    v.to_string().hash(&mut h);
-    h.finish()
+/// What [`names::ANNOTATION_APPLIED_HASH`] holds: `sha256:` and the hex SHA-256 of the
+/// object's canonical JSON (object keys sorted at every level, no whitespace), so that
+/// it depends on the object alone: not on the order a serializer emits fields in, the
+/// Rust release, or the operator version that computed it.
+pub fn applied_hash(v: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let mut canonical = String::new();
+    write_canonical(v, &mut canonical);
+    let digest = Sha256::digest(canonical.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
 }
 
 type StackKey = (String, String);
@@ -289,13 +334,13 @@ impl Applier {
         // The rendered type may be newer than what the server serves (policy/v1beta1
         // PodDisruptionBudgets before 1.21; the fields are the same).
         json["apiVersion"] = Value::String(resource.api_version.clone());
-        let hash = hash_json(&json);
+        let hash = applied_hash(&json);
         json["metadata"]["annotations"][names::ANNOTATION_APPLIED_HASH] =
-            Value::String(format!("{hash:016x}"));
+            Value::String(hash.clone());
         let id = (kind, name);
         let server = snapshot.children.get(&id);
         let remembered = self.memory().get(key).and_then(|m| m.get(&id)).cloned();
-        if let Some(now) = server.filter(|now| unchanged(remembered.as_ref(), now, hash, &json)) {
+        if let Some(now) = server.filter(|now| unchanged(remembered.as_ref(), now, &hash, &json)) {
             self.remember(key, id, hash, now.version.clone());
             return Ok(false);
         }
@@ -321,7 +366,7 @@ impl Applier {
         Ok(true)
     }
 
-    fn remember(&self, key: &StackKey, id: (ChildKind, String), hash: u64, version: String) {
+    fn remember(&self, key: &StackKey, id: (ChildKind, String), hash: String, version: String) {
         self.memory()
             .entry(key.clone())
             .or_default()
@@ -367,10 +412,32 @@ mod tests {
     #[test]
     fn equal_json_hashes_equal() {
         let a = serde_json::json!({"a": 1, "b": [1, 2]});
-        assert_eq!(hash_json(&a), hash_json(&a.clone()));
+        assert_eq!(applied_hash(&a), applied_hash(&a.clone()));
         assert_ne!(
-            hash_json(&a),
-            hash_json(&serde_json::json!({"a": 2, "b": [1, 2]}))
+            applied_hash(&a),
+            applied_hash(&serde_json::json!({"a": 2, "b": [1, 2]}))
+        );
+        assert_ne!(
+            applied_hash(&serde_json::json!({"b": [1, 2]})),
+            applied_hash(&serde_json::json!({"b": [2, 1]})),
+            "a list's order is content"
+        );
+    }
+
+    /// The hash is a fixed function of the object, whatever the toolchain: an upgrade
+    /// of the operator or of Rust that renders a child the same way finds its annotation
+    /// equal and writes nothing. The expected value is `sha256sum` of the canonical text
+    /// `{"a":"x\"y","b":[1,2.5,null,true],"c":{"d":{},"e":[]}}`, computed outside Rust.
+    #[test]
+    fn the_applied_hash_is_sha256_of_the_canonical_json() {
+        let reordered = serde_json::json!({
+            "c": {"e": [], "d": {}},
+            "b": [1, 2.5, null, true],
+            "a": "x\"y",
+        });
+        assert_eq!(
+            applied_hash(&reordered),
+            "sha256:220dc8af4d1ed7bb6b49207d1b6cec1b0e64fa28112835c278353de07841a88a"
         );
     }
 
@@ -378,19 +445,22 @@ mod tests {
     /// someone else edited it; the Go operator's fields always mean a take-over.
     #[test]
     fn unchanged_in_a_term_or_by_the_annotation_after_a_failover() {
-        let hash = 0xabcd;
         let spec = serde_json::json!({"kind": "Deployment", "spec": {"replicas": 2}});
+        let hash = applied_hash(&spec);
+        let hash = hash.as_str();
+        let other = applied_hash(&serde_json::json!({"kind": "Deployment"}));
+        let other = other.as_str();
         let tagged = ChildState {
-            applied_hash: Some(format!("{hash:016x}")),
+            applied_hash: Some(hash.to_string()),
             ..ChildState::ours("g3")
         };
         let last = Applied {
-            hash,
+            hash: hash.to_string(),
             version: "g3".into(),
         };
         assert!(unchanged(Some(&last), &tagged, hash, &spec));
         assert!(
-            !unchanged(Some(&last), &tagged, hash + 1, &spec),
+            !unchanged(Some(&last), &tagged, other, &spec),
             "the spec changed"
         );
         let edited = ChildState {
@@ -405,7 +475,7 @@ mod tests {
             unchanged(None, &tagged, hash, &spec),
             "a new leader, nothing changed"
         );
-        assert!(!unchanged(None, &tagged, hash + 1, &spec));
+        assert!(!unchanged(None, &tagged, other, &spec));
         assert!(
             !unchanged(None, &ChildState::ours("g3"), hash, &spec),
             "never applied with the annotation"
