@@ -25,7 +25,9 @@ fn git(args: &[&str]) -> Option<String> {
         .current_dir(dir)
         .output()
         .ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// HEAD's commit, with the files whose change means HEAD moved: HEAD itself (a checkout),

@@ -6,9 +6,10 @@
 //! icon, related images, size), and OLM's own ClusterServiceVersion schema accepts it on
 //! a real API server (server-side dry-run), as it accepts the examples against our CRD.
 //!
-//! kustomize: overlays compose (an `images:` entry also changes `OPERATOR_IMAGE`, a
-//! `namespace:` moves every object and RBAC subject), the optional pieces are
-//! components, and the result applies on the test API server.
+//! kustomize: overlays compose (an `images:` entry also changes `RELATED_IMAGE_OPERATOR`,
+//! a `namespace:` moves every object and RBAC subject, a `namePrefix` renames what the
+//! operator is told about too), the optional pieces are components, and the result
+//! applies on the test API server.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
+use loki_zone_operator::model::names;
 use loki_zone_operator_tests::bundle::{
     self, annotations, kustomize, kustomize_operator, kustomize_text, write_overlay, CHANNEL,
     CHILD_KINDS, ICON, ICON_MEDIATYPE, MIN_KUBE_VERSION, PACKAGE, VERSION,
@@ -1023,9 +1025,13 @@ fn related_images_are_every_image_the_operator_runs() {
             .to_string()
     };
     let operator = container["image"].as_str().expect("image").to_string();
-    assert_eq!(env("OPERATOR_IMAGE"), operator, "the init container image");
     assert_eq!(
-        env("LOKI_IMAGE"),
+        env("RELATED_IMAGE_OPERATOR"),
+        operator,
+        "the init container image"
+    );
+    assert_eq!(
+        env("RELATED_IMAGE_LOKI"),
         loki_zone_operator::render::DEFAULT_LOKI_IMAGE
     );
     assert_eq!(csv["metadata"]["annotations"]["containerImage"], operator);
@@ -1222,11 +1228,11 @@ fn an_image_overlay_changes_the_init_container_image_too() {
     let image = d["spec"]["template"]["spec"]["containers"][0]["image"].as_str();
     assert_eq!(image, Some("registry.example.com/team/lzo:dev-1"));
     assert_eq!(
-        env_value(d, "OPERATOR_IMAGE"),
+        env_value(d, "RELATED_IMAGE_OPERATOR"),
         "registry.example.com/team/lzo:dev-1"
     );
     assert_eq!(
-        env_value(d, "LOKI_IMAGE"),
+        env_value(d, "RELATED_IMAGE_LOKI"),
         loki_zone_operator::render::DEFAULT_LOKI_IMAGE,
         "other env values are left alone"
     );
@@ -1247,7 +1253,10 @@ fn an_image_overlay_changes_the_init_container_image_too() {
     .expect("overlay");
     let objects = kustomize(&dir).expect("kustomize");
     let want = format!("{BASE_IMAGE}@sha256:{}", "ab".repeat(32));
-    assert_eq!(env_value(deployment(&objects), "OPERATOR_IMAGE"), want);
+    assert_eq!(
+        env_value(deployment(&objects), "RELATED_IMAGE_OPERATOR"),
+        want
+    );
 }
 
 #[test]
@@ -1276,7 +1285,7 @@ fn make_deploy_img_sets_both_images() {
             d["spec"]["template"]["spec"]["containers"][0]["image"],
             want
         );
-        assert_eq!(env_value(d, "OPERATOR_IMAGE"), want);
+        assert_eq!(env_value(d, "RELATED_IMAGE_OPERATOR"), want);
     }
 }
 
@@ -1326,6 +1335,72 @@ fn a_namespace_overlay_moves_every_object_and_subject() {
     assert_eq!(
         bindings, 6,
         "the five base bindings and the recovery binding"
+    );
+}
+
+/// A `namePrefix` (with a namespace) renames every object, and the operator is told the
+/// new names of those it refers to: the webhook Service it registers its webhooks behind,
+/// and the ClusterRole that owns the webhook configurations (which grants `get` on itself
+/// by name). A Service name left behind would make the fail-closed eviction webhook
+/// refuse every drain of a zone-aware stack's ingesters.
+#[test]
+fn a_name_prefix_renames_the_objects_the_operator_is_told_about() {
+    let dir = scratch("prefix");
+    write_overlay(
+        &dir,
+        &[],
+        "namePrefix: acme-
+namespace: observability
+",
+    )
+    .expect("overlay");
+    let objects = kustomize(&dir).expect("kustomize");
+    assert_all_in_namespace(&objects, "observability");
+    let d = deployment(&objects);
+    let service = env_value(d, "WEBHOOK_SERVICE");
+    let webhook_service = objects
+        .iter()
+        .filter(|o| o["kind"] == "Service")
+        .find(|o| o["spec"]["ports"][0]["targetPort"] == "webhook")
+        .expect("the webhook Service");
+    assert_eq!(service, "acme-loki-zone-operator-webhook");
+    assert_eq!(webhook_service["metadata"]["name"], service);
+    let owner = env_value(d, "WEBHOOK_OWNER_CLUSTER_ROLE");
+    assert_eq!(owner, "acme-loki-zone-operator-webhook-configuration");
+    let role = bundle::named(&objects, "ClusterRole", owner).expect("the owner ClusterRole");
+    let on_itself = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .find(|r| strs(&r["resources"]) == ["clusterroles"])
+        .expect("a rule on clusterroles");
+    assert_eq!(
+        strs(&on_itself["resourceNames"]),
+        [owner],
+        "get on itself, by its new name"
+    );
+    // Names the operator creates itself (its Lease, its certificate Secret, the webhook
+    // configurations) are constants of the binary, and stay as the Roles name them.
+    let text = kustomize_text(&dir).expect("kustomize");
+    for constant in [
+        names::WEBHOOK_CERT_SECRET,
+        "loki-zone-operator-zone-at-bind",
+        "loki-zone-operator-zone-disruptions",
+    ] {
+        assert!(
+            text.contains(&format!("- {constant}\n")),
+            "{constant} renamed:\n{text}"
+        );
+    }
+    // Without the overlay the defaults of the binary are what the install says.
+    let base = kustomize_operator().expect("kustomize");
+    assert_eq!(
+        env_value(deployment(&base), "WEBHOOK_SERVICE"),
+        names::WEBHOOK_SERVICE
+    );
+    assert_eq!(
+        env_value(deployment(&base), "WEBHOOK_OWNER_CLUSTER_ROLE"),
+        names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE
     );
 }
 
@@ -1817,7 +1892,7 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
             "logging-ops",
             "loki-zone-operator",
             "-o",
-            "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"OPERATOR_IMAGE\")].value}",
+            "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"RELATED_IMAGE_OPERATOR\")].value}",
         ],
     );
     assert_eq!(env, "registry.example.com/lzo:v2");

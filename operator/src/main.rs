@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use loki_zone_operator::caches::scope::Scope;
 use loki_zone_operator::cli::waitzone;
 use loki_zone_operator::cli::{self, RenderRequest};
+use loki_zone_operator::lead::own_image::OwnPod;
 use loki_zone_operator::model::duration;
 use loki_zone_operator::render::{self, ServerCapabilities, Settings};
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
@@ -27,13 +28,17 @@ struct Cli {
     command: Command,
 }
 
+/// The images a stack's pods run. The environment variables follow OLM's convention for
+/// images to mirror (`RELATED_IMAGE_*`); `RELATED_IMAGE_LOKI` is the Go Loki Operator's.
 #[derive(clap::Args)]
 struct ImageArgs {
-    /// Loki image of every component.
-    #[arg(long, env = "LOKI_IMAGE", default_value = render::DEFAULT_LOKI_IMAGE)]
+    /// Loki image of every component (by digest in released installs).
+    #[arg(long, env = "RELATED_IMAGE_LOKI", default_value = render::DEFAULT_LOKI_IMAGE)]
     loki_image: String,
-    /// Image of the zone init container: this operator's own image.
-    #[arg(long, env = "OPERATOR_IMAGE", default_value = render::DEFAULT_OPERATOR_IMAGE)]
+    /// Image of the zone init container: this operator's own image. By digest in
+    /// released installs; a tag is pinned at start to the digest the operator's own
+    /// container runs, where it can read its pod.
+    #[arg(long, env = "RELATED_IMAGE_OPERATOR", default_value = render::DEFAULT_OPERATOR_IMAGE)]
     operator_image: String,
     /// How long the zone init container waits for the pod's zone annotation.
     #[arg(long, env = "ZONE_WAIT_TIMEOUT", default_value = render::DEFAULT_ZONE_WAIT_TIMEOUT, value_parser = parse_timeout)]
@@ -114,8 +119,13 @@ struct WebhookArgs {
     #[arg(long, env = "WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
     webhook_addr: std::net::SocketAddr,
     /// The Service the API server calls the webhook through (in the operator's namespace).
+    /// The install sets it, so that a kustomize `namePrefix` renames both together.
     #[arg(long, env = "WEBHOOK_SERVICE", default_value = loki_zone_operator::model::names::WEBHOOK_SERVICE)]
     webhook_service: String,
+    /// The install's ClusterRole of the webhook configurations' rights, which owns them:
+    /// deleting the install deletes them. The install sets it, like WEBHOOK_SERVICE.
+    #[arg(long, env = "WEBHOOK_OWNER_CLUSTER_ROLE", default_value = loki_zone_operator::model::names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE)]
+    webhook_owner_cluster_role: String,
     /// Call the webhook at this base URL instead of the Service (an operator run outside
     /// the cluster), e.g. https://10.0.0.5:9443.
     #[arg(long, env = "WEBHOOK_URL", conflicts_with = "webhook_cert_dir")]
@@ -153,6 +163,7 @@ impl WebhookArgs {
             disruptions: self.zone_disruption_webhook,
             addr: self.webhook_addr,
             namespace: namespace.to_string(),
+            owner_role: self.webhook_owner_cluster_role,
         }
     }
 }
@@ -291,6 +302,11 @@ impl RunArgs {
 
     fn config(self) -> loki_zone_operator::lead::RunConfig {
         let identity = self.identity();
+        // In a pod (POD_NAME and POD_NAMESPACE from the downward API), its own image.
+        let own_pod = self.identity.clone().map(|name| OwnPod {
+            namespace: self.lease_namespace.clone(),
+            name,
+        });
         let webhook = self.webhook.config(&self.lease_namespace);
         // NetworkPolicies let the operator's pods, in this namespace, reach ingesters.
         let settings = Settings {
@@ -312,6 +328,7 @@ impl RunArgs {
             });
         loki_zone_operator::lead::RunConfig {
             settings,
+            own_pod,
             resync: self.resync,
             health_addr: self.health_addr,
             metrics_addr: self.metrics_addr,

@@ -129,7 +129,8 @@ pub fn files() -> Result<Vec<(String, String)>> {
             .and_then(|v| v["value"].as_str())
             .map(String::from)
     };
-    let loki_image = env_value("LOKI_IMAGE").context("LOKI_IMAGE in the operator Deployment")?;
+    let loki_image =
+        env_value("RELATED_IMAGE_LOKI").context("RELATED_IMAGE_LOKI in the operator Deployment")?;
     let root = repo_root();
     let mut samples = Vec::new();
     for f in EXAMPLES {

@@ -8,6 +8,7 @@
 //! else.
 
 pub mod lease;
+pub mod own_image;
 pub mod term;
 
 use std::net::SocketAddr;
@@ -37,6 +38,8 @@ use self::term::{Parts, Term};
 
 pub struct RunConfig {
     pub settings: Settings,
+    /// This replica's pod, when it runs in one: where it reads its own image's digest.
+    pub own_pod: Option<own_image::OwnPod>,
     pub resync: Duration,
     pub health_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
@@ -140,7 +143,9 @@ async fn capabilities(client: &Client) -> Result<ServerCapabilities, RunError> {
     Ok(caps)
 }
 
-pub async fn run(client: Client, cfg: RunConfig) -> Result<(), RunError> {
+pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
+    cfg.settings.operator_image =
+        own_image::pin(&client, &cfg.settings.operator_image, cfg.own_pod.as_ref()).await;
     let metrics = Arc::new(Metrics::default());
     let ready = server::Readiness::default();
     let shutdown = shutdown_signal();

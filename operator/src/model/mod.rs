@@ -7,5 +7,6 @@ pub mod conditions;
 pub mod defaults;
 pub mod duration;
 pub mod go_compat;
+pub mod image;
 pub mod names;
 pub mod storage;

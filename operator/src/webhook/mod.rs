@@ -47,4 +47,6 @@ pub struct WebhookConfig {
     pub addr: SocketAddr,
     /// The operator's own namespace: where the certificate Secret lives.
     pub namespace: String,
+    /// The install's ClusterRole that owns the webhook configurations it registers.
+    pub owner_role: String,
 }

@@ -447,6 +447,8 @@ pub struct Keeper {
     pub stacks: Store<kube::api::DynamicObject>,
     pub ca_bundle: watch::Receiver<Option<String>>,
     pub target: ClientTarget,
+    /// The install's ClusterRole that owns the configurations ([`install_owner`]).
+    pub owner_role: String,
     pub match_conditions: bool,
     pub feed: CoverageFeed,
     pub metrics: Arc<Metrics>,
@@ -466,7 +468,7 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
     if !crate::caches::reflectors::synced("stacks (webhook configuration)", &k.stacks).await {
         return;
     }
-    let mut owner = install_owner(&k.client).await;
+    let mut owner = install_owner(&k.client, &k.owner_role).await;
     loop {
         let bundle = k.ca_bundle.borrow_and_update().clone();
         if let Some(bundle) = bundle {
@@ -485,7 +487,7 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
                 if changed_elsewhere(&api, last).await {
                     applied = None;
                     // Deleted with a replaced owner, perhaps: the next apply names the new one.
-                    owner = install_owner(&k.client).await;
+                    owner = install_owner(&k.client, &k.owner_role).await;
                 }
             }
             if applied.as_ref() != Some(&want) && put(&api, &want, applied.is_none(), &k).await {
@@ -504,10 +506,11 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
 /// their owner: removing the install (`kubectl delete -k`, an uninstall that forgets
 /// `make undeploy`) then has the garbage collector remove them, so no fail-closed
 /// configuration outlives the operator that answers it. `None` (logged) when it cannot
-/// be read: the configurations are then kept without an owner.
-async fn install_owner(client: &Client) -> Option<OwnerReference> {
+/// be read: the configurations are then kept without an owner. Its name comes from the
+/// install (`WEBHOOK_OWNER_CLUSTER_ROLE`), which a kustomize `namePrefix` changes.
+async fn install_owner(client: &Client, role: &str) -> Option<OwnerReference> {
     let roles: Api<ClusterRole> = Api::all(client.clone());
-    match roles.get(names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE).await {
+    match roles.get(role).await {
         Ok(role) => Some(OwnerReference {
             api_version: "rbac.authorization.k8s.io/v1".into(),
             kind: "ClusterRole".into(),
@@ -517,7 +520,7 @@ async fn install_owner(client: &Client) -> Option<OwnerReference> {
             block_owner_deletion: None,
         }),
         Err(e) => {
-            warn!(error = %e, role = names::WEBHOOK_CONFIGURATION_CLUSTER_ROLE, "cannot read the install's ClusterRole: the webhook configurations get no owner, and outlive an uninstall that skips `make undeploy`");
+            warn!(error = %e, role, "cannot read the install's ClusterRole: the webhook configurations get no owner, and outlive an uninstall that skips `make undeploy`");
             None
         }
     }
