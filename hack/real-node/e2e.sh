@@ -123,7 +123,7 @@ KUBECONFIG="$W/cp/host.kubeconfig" KUBECTL="$HOST_KUBECTL" BIN="$OP_BIN" IMG="$O
 dep() { jp -n "$OP_NS" get deployment loki-zone-operator -o jsonpath="$1"; }
 assert "Deployment: 2 replicas" [ "$(dep '{.spec.replicas}')" = 2 ]
 assert "Deployment: image $OP_IMAGE, RELATED_IMAGE_OPERATOR the same" \
-  X
+  [ "$(dep '{.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].env[?(@.name=="RELATED_IMAGE_OPERATOR")].value}')" = "$OP_IMAGE $OP_IMAGE" ]
 pull=$(dep '{.spec.template.spec.containers[0].imagePullPolicy}')
 assert "Deployment: imagePullPolicy IfNotPresent (server default for a tag other than :latest): $pull" [ "$pull" = IfNotPresent ]
 assert "Deployment: the shipped security context (read-only root filesystem, non-root, no capabilities)" \
