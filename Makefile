@@ -30,15 +30,25 @@ APIEXT_MISSING := target/apiextensions.missing
 # cgroup v1, no apt or registry for what it needs: hack/real-node/preflight.sh).
 REAL_NODE_MISSING := target/e2e-real.missing
 
+# Why the release check cannot run on this machine, when it cannot (no PyPI for zig, no
+# rust targets: hack/release-check.sh).
+RELEASE_MISSING := target/release.missing
+
 .PHONY: test
-test: ## Unit, integration and end-to-end tests (what CI runs); builds the current API server of the admission check once; real nodes where root and cgroup v1
+test: ## Unit, integration and end-to-end tests (what CI runs); builds the current API server of the admission check once; the release twice; real nodes where root and cgroup v1
 	@$(MAKE) --no-print-directory apiextensions-or-why
 	LZO_APIEXTENSIONS_UNAVAILABLE="$$(cat $(APIEXT_MISSING) 2>/dev/null)" $(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory e2e
+	@$(MAKE) --no-print-directory release-check-or-why
 	@$(MAKE) --no-print-directory e2e-real-or-why
 	@if [ -s $(APIEXT_MISSING) ]; then \
 	  echo "!! make test: the CRD admission check against a current API server did NOT run: $$(cat $(APIEXT_MISSING))"; \
 	else echo "make test: the CRD admission table ran against the current API server (the 'admission:' line above)"; fi
+	@if [ -s target/upgrade.missing ]; then \
+	  echo "!! make test: the upgrade from the previous release did NOT run: $$(cat target/upgrade.missing)"; fi
+	@if [ -s $(RELEASE_MISSING) ]; then \
+	  echo "!! make test: the release check (make release twice, same digests; arm64 = amd64) did NOT run: $$(cat $(RELEASE_MISSING))"; \
+	else echo "make test: make release ran twice and gave the same digests (above)"; fi
 	@if [ -s $(REAL_NODE_MISSING) ]; then \
 	  echo "!! make test: the real-node check (operator image, webhooks and zone init containers on real kubelets) did NOT run: $$(cat $(REAL_NODE_MISSING))"; \
 	else echo "make test: the real-node check passed (operator image in-cluster on 3 real kubelets, webhooks through the Service, zone init containers exited 0)"; \
@@ -65,7 +75,18 @@ unit: ## Unit and integration tests (no cluster needed; the admission check need
 .PHONY: e2e
 e2e: build ## End-to-end suite on a local Kubernetes control plane (built once, cached in ~/.cache)
 	bash hack/build-control-plane.sh >/dev/null
+	@rm -f target/upgrade.missing
 	$(CARGO) test --locked -p loki-zone-operator-tests --test e2e
+
+# Runs hack/release-check.sh (make release twice, the same digests) where the machine can
+# (a failure then fails make test); where it cannot, records why and carries on.
+.PHONY: release-check-or-why
+release-check-or-why:
+	@mkdir -p target && rm -f $(RELEASE_MISSING)
+	@bash hack/release-check.sh > target/release-check.out; rc=$$?; cat target/release-check.out; \
+	  if [ $$rc = 2 ]; then cp target/release-check.out $(RELEASE_MISSING); \
+	    echo "!! the release check will NOT run: $$(cat $(RELEASE_MISSING))" >&2; \
+	  elif [ $$rc != 0 ]; then exit $$rc; fi
 
 .PHONY: e2e-real
 e2e-real: ## End-to-end on real nodes (root): make image, 3 kubelets with containerd; the operator as make deploy installs it, a zone-aware stack's pods zoned at bind
@@ -98,21 +119,22 @@ run: build ## Run the operator against the cluster of the current KUBECONFIG
 manifests: build ## Regenerate the CRDs in manifests/crd from the Rust API types
 	$(BIN) crd --out-dir manifests/crd
 
+# install, replace-crd, deploy and undeploy need kubectl only: no Rust toolchain.
 .PHONY: install
-install: build ## Install the CRDs into the current cluster
-	BIN=$(BIN) bash hack/deploy.sh install
+install: ## Install the CRDs into the current cluster
+	bash hack/deploy.sh install
 
 .PHONY: uninstall
 uninstall: ## Remove the CRDs (and with them every LokiStack and rule) from the current cluster
 	bash hack/deploy.sh uninstall
 
 .PHONY: replace-crd
-replace-crd: build ## Replace the Go Loki Operator's CRDs with ours, keeping every stack and rule (docs/migrate.md)
-	BIN=$(BIN) bash hack/deploy.sh replace-crd
+replace-crd: ## Replace the Go Loki Operator's CRDs with ours, keeping every stack and rule (docs/migrate.md)
+	bash hack/deploy.sh replace-crd
 
 .PHONY: deploy
-deploy: build ## Install the operator (CRD, RBAC, Deployment) with image IMG
-	BIN=$(BIN) IMG=$(IMG) bash hack/deploy.sh deploy
+deploy: ## Install the operator (CRD, RBAC, Deployment) with image IMG, from the committed manifests
+	IMG=$(IMG) bash hack/deploy.sh deploy
 
 .PHONY: undeploy
 undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
@@ -144,16 +166,30 @@ bundle-build: ## Build the OLM bundle image BUNDLE_IMG from bundle/
 bundle-push: ## Push the OLM bundle image BUNDLE_IMG
 	$(CONTAINER_TOOL) push $(BUNDLE_IMG)
 
+# `make release VERSION=v0.1.0`: dist/ (docs/install.md#releasing); IMAGE_REPO, BUNDLE_REPO,
+# LOKI_IMAGE_DIGEST, ALLOW_DIRTY are passed on from the command line or environment.
+VERSION ?=
+
+.PHONY: release
+release: ## Write every artefact of release VERSION to dist/: multi-platform image, install.yaml, OLM bundle, SBOM, sums (no Docker, no registry)
+	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=vX.Y.Z" >&2; exit 2; }
+	VERSION=$(VERSION) bash hack/release.sh
+
+.PHONY: publish
+publish: ## Push dist/ (make release) to the registry with skopeo and pull it back by digest to compare
+	@[ -n "$(VERSION)" ] || { echo "usage: make publish VERSION=vX.Y.Z" >&2; exit 2; }
+	bash hack/publish.sh $(VERSION)
+
 # The OCI archive `make image` writes; docs/install.md shows how each tool loads it.
 IMAGE_ARCHIVE ?= target/image/loki-zone-operator.oci.tar
 
 .PHONY: image
-image: ## Build the operator image IMG as an OCI archive, no Docker needed (IMAGE_ARCHIVE; musl build cached in ~/.cache)
+image: ## Build the operator image IMG as an OCI archive, no Docker needed (IMAGE_ARCHIVE, PLATFORMS; static build cached in ~/.cache)
 	IMG=$(IMG) OUT=$(IMAGE_ARCHIVE) bash hack/build-image.sh
 
 .PHONY: docker-build
 docker-build: ## Build the operator image IMG with Docker (the files `make image` writes; dependencies in their own layer)
-	$(CONTAINER_TOOL) build -t $(IMG) .
+	$(CONTAINER_TOOL) build --build-arg LZO_GIT_COMMIT=$$(git rev-parse HEAD) -t $(IMG) .
 
 .PHONY: docker-push
 docker-push: ## Push the operator image IMG

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Builds the operator image without Docker or a registry: a static (musl) binary in an
-# OCI image archive that `docker load`, `podman load`, `ctr images import`,
-# `kind load image-archive` and `skopeo copy oci-archive:...` all take.
+# Builds the operator image without Docker or a registry: a static (musl) binary per
+# platform in an OCI image archive (hack/oci.py).
 #
 #   hack/build-image.sh                 build, write target/image/loki-zone-operator.oci.tar
 #   hack/build-image.sh rootfs BIN DIR  only lay out the image's files in DIR (the Dockerfile)
@@ -9,26 +8,42 @@
 # The image holds the binary and what a distroless "static:nonroot" image gives a static
 # binary: /etc/passwd and /etc/group with user nonroot (65532), its home, /tmp (1777),
 # and the CA bundle of the build machine (Debian's) at /etc/ssl/certs; no shell. It runs
-# as 65532:65532, entrypoint /loki-zone-operator, command `run`. Every timestamp is
-# SOURCE_DATE_EPOCH (default 0), tar entries are sorted with fixed owners and gzip
-# writes no name or time, so two builds of the same binary give the same digest.
+# as 65532:65532, entrypoint /loki-zone-operator, command `run`.
 #
-# The musl build is cached outside the repository, next to the control plane
-# ($LZO_CACHE_DIR, default ~/.cache/loki-zone-operator/musl-target), so a fresh clone
-# rebuilds only the crate. Environment: IMG (the name in the archive; default the image
-# manifests/operator sets), OUT (the archive), SOURCE_DATE_EPOCH.
+# Environment:
+#   PLATFORMS  space-separated, of linux/amd64 and linux/arm64 (default linux/amd64). One
+#              gives one image manifest (docker load, kind load, ctr import all take it);
+#              several give an image index over them, as a multi-platform release.
+#   IMG        the name in the archive (default: the image manifests/operator sets)
+#   OUT        the archive; its summary (digests, sizes) goes to OUT.json
+#   SOURCE_DATE_EPOCH  every timestamp (default: HEAD's commit time, else 0)
+#   LZO_GIT_COMMIT     what --version names (default: HEAD, with -dirty for a changed tree)
+#
+# Reproducible: the binaries are built with cargo-zigbuild (zig as the C compiler and
+# linker, for both platforms: the same pinned toolchain on every machine, and no
+# cross-compiler from the distribution), with the checkout's and cargo's paths remapped,
+# so that the same commit gives the same binaries, and hack/oci.py writes the same bytes
+# for the same files. Two builds of one commit give the same digests.
+#
+# The build is cached outside the repository ($LZO_CACHE_DIR, default
+# ~/.cache/loki-zone-operator: release-target/ for cargo, tools/ for zig), so a fresh clone
+# rebuilds only the crate.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$(pwd)
 
-TARGET=x86_64-unknown-linux-musl
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 CA_COPYRIGHT=/usr/share/doc/ca-certificates/copyright
+# The toolchain of the static builds, pinned: zig (as PyPI's ziglang ships it) compiles
+# ring's C for either target and links; cargo-zigbuild drives it from cargo.
+ZIG_VERSION=0.13.0
+ZIGBUILD_VERSION=0.24.1
 
 log() { printf '[image] %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
-# The image's files in DIR, with their modes; owners are the tar writer's (below) and
-# the Dockerfile's: everything root's except /home/nonroot, which is 65532's.
+# The image's files in DIR, with their modes; owners are the tar writer's (--owner
+# below) and the Dockerfile's: everything root's except /home/nonroot, which is 65532's.
 rootfs() {
   local bin=$1 dir=$2
   [ -f "$CA_BUNDLE" ] || die "no CA bundle at $CA_BUNDLE (apt-get install ca-certificates)"
@@ -61,46 +76,76 @@ fi
 [ $# -eq 0 ] || die "usage: $0 [rootfs BINARY DIR]"
 
 CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
-MUSL_TARGET_DIR="$CACHE_DIR/musl-target"
+TARGET_DIR="$CACHE_DIR/release-target"
+TOOLS="$CACHE_DIR/tools"
+PLATFORMS=${PLATFORMS:-linux/amd64}
 OUT=${OUT:-target/image/loki-zone-operator.oci.tar}
 IMG=${IMG:-$(awk '/newName:/ {n=$2} /newTag:/ {t=$2} END {print n ":" t}' manifests/operator/kustomization.yaml)}
-# Not exported: ring's build script reruns when it changes, and with it most of the build.
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-0}
-
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
-
-# The musl target of the toolchain, and a C compiler for it: ring builds C, and cc
-# looks for musl-gcc (Debian's musl-tools) for this target.
-if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep -qx "$TARGET"; then
-  log "adding the rust target $TARGET"
-  rustup target add "$TARGET" >&2
+# HEAD's commit time: the image says when its source was committed. Kept from cargo:
+# build scripts that read SOURCE_DATE_EPOCH rerun when it changes, and with them most of
+# the build.
+EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+unset SOURCE_DATE_EPOCH
+if [ -z "${LZO_GIT_COMMIT:-}" ]; then
+  LZO_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+  # Only what the binary is built from counts: a changed doc or test leaves it clean.
+  if [ "$LZO_GIT_COMMIT" != unknown ] &&
+    [ -n "$(git status --porcelain -- Cargo.toml Cargo.lock operator templates 2>/dev/null)" ]; then
+    LZO_GIT_COMMIT+=-dirty
+  fi
 fi
-if ! command -v musl-gcc >/dev/null 2>&1 && ! command -v x86_64-linux-musl-gcc >/dev/null 2>&1 \
-  && [ -z "${CC_x86_64_unknown_linux_musl:-}" ]; then
-  log "installing musl-tools with apt (a C compiler for $TARGET)"
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq musl-tools >/dev/null
-fi
+export LZO_GIT_COMMIT
 
-log "building the static binary (cached in $MUSL_TARGET_DIR)"
-start=$(date +%s)
-CARGO_TARGET_DIR="$MUSL_TARGET_DIR" ${CARGO:-cargo} build --locked --release \
-  --target "$TARGET" -p loki-zone-operator --bin loki-zone-operator >&2
-log "built in $(($(date +%s) - start)) s"
-BIN="$MUSL_TARGET_DIR/$TARGET/release/loki-zone-operator"
+rust_target() {
+  case "$1" in
+    linux/amd64) echo x86_64-unknown-linux-musl ;;
+    linux/arm64) echo aarch64-unknown-linux-musl ;;
+    *) die "platform $1: only linux/amd64 and linux/arm64 are built" ;;
+  esac
+}
+
+# zig and cargo-zigbuild, pinned, in a virtualenv of the cache (nothing installed
+# system-wide).
+tools() {
+  local want="ziglang==$ZIG_VERSION cargo-zigbuild==$ZIGBUILD_VERSION"
+  if [ "$(cat "$TOOLS/.versions" 2>/dev/null)" != "$want" ] || [ ! -x "$TOOLS/bin/cargo-zigbuild" ]; then
+    log "installing $want into $TOOLS (PyPI)"
+    rm -rf "$TOOLS"
+    python3 -m venv "$TOOLS" || die "python3 -m venv failed (apt-get install python3-venv)"
+    # shellcheck disable=SC2086 # two requirements
+    "$TOOLS/bin/pip" install -q --disable-pip-version-check $want >&2 ||
+      die "pip install $want failed"
+    echo "$want" >"$TOOLS/.versions"
+  fi
+  export PATH="$TOOLS/bin:$PATH"
+}
+
+# The ELF machine a binary of this platform has, and a way to run it here.
+elf_machine() { case "$1" in linux/amd64) echo 62 ;; linux/arm64) echo 183 ;; esac; }
+runner() {
+  case "$1" in
+    linux/amd64) [ "$(uname -m)" = x86_64 ] && echo "" ;;
+    linux/arm64)
+      if [ "$(uname -m)" = aarch64 ]; then echo ""
+      elif command -v qemu-aarch64-static >/dev/null 2>&1; then echo qemu-aarch64-static
+      else return 1; fi ;;
+  esac
+}
 
 # A dynamic binary would fail in an image without a libc: refuse one with an ELF
-# interpreter (static-pie binaries have PT_DYNAMIC but no PT_INTERP).
-python3 - "$BIN" <<'PY'
+# interpreter (static-pie binaries have PT_DYNAMIC but no PT_INTERP), or one for another
+# machine.
+check_static() {
+  python3 - "$1" "$2" <<'PY'
 import struct, sys
-path = sys.argv[1]
+path, want = sys.argv[1], int(sys.argv[2])
 with open(path, "rb") as f:
     head = f.read(64)
     if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
         sys.exit(f"{path}: not a 64-bit little-endian ELF file")
     machine = struct.unpack_from("<H", head, 18)[0]
-    if machine != 62:
-        sys.exit(f"{path}: not x86-64 (e_machine {machine})")
+    if machine != want:
+        sys.exit(f"{path}: ELF machine {machine}, expected {want}")
     phoff, = struct.unpack_from("<Q", head, 32)
     phentsize, phnum = struct.unpack_from("<HH", head, 54)
     for i in range(phnum):
@@ -108,148 +153,61 @@ with open(path, "rb") as f:
         if struct.unpack("<I", f.read(4))[0] == 3:  # PT_INTERP
             sys.exit(f"{path}: dynamically linked (has an ELF interpreter); the image has no libc")
 PY
-"$BIN" wait-for-zone --help >/dev/null || die "$BIN does not run"
+}
+
+tools
+targets=()
+for p in $PLATFORMS; do
+  t=$(rust_target "$p")
+  targets+=(--target "$t")
+  if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep -qx "$t"; then
+    log "adding the rust target $t"
+    rustup target add "$t" >&2
+  fi
+done
+
+# Paths of this checkout and of cargo's registry are remapped, so a clone elsewhere
+# builds the same bytes (panic messages carry source paths).
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+export CARGO_ENCODED_RUSTFLAGS="--remap-path-prefix=$REPO=/src"$'\x1f'"--remap-path-prefix=$cargo_home=/cargo"
+log "building the static binaries for $PLATFORMS (commit $LZO_GIT_COMMIT; cached in $TARGET_DIR)"
+start=$(date +%s)
+CARGO_TARGET_DIR="$TARGET_DIR" ${CARGO:-cargo} zigbuild --locked --release \
+  "${targets[@]}" -p loki-zone-operator --bin loki-zone-operator >&2
+log "built in $(($(date +%s) - start)) s"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-rootfs "$BIN" "$stage/rootfs"
+rootfs_args=()
+for p in $PLATFORMS; do
+  bin="$TARGET_DIR/$(rust_target "$p")/release/loki-zone-operator"
+  check_static "$bin" "$(elf_machine "$p")"
+  if run=$(runner "$p"); then
+    $run "$bin" wait-for-zone --help >/dev/null || die "$bin ($p) does not run"
+  else
+    log "cannot run the $p binary here (no qemu-aarch64-static): not started"
+  fi
+  rootfs "$bin" "$stage/${p//\//-}"
+  rootfs_args+=(--rootfs "$p=$stage/${p//\//-}")
+done
 
 mkdir -p "$(dirname "$OUT")"
-SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH python3 - "$stage/rootfs" "$OUT" "$IMG" <<'PY'
-"""Writes the OCI image layout (oci-layout, index.json, blobs/sha256/...) as a tar, with
-Docker's manifest.json beside it so that loaders of the older Docker format take it
-too. Every byte depends only on the files, IMG and SOURCE_DATE_EPOCH."""
-import gzip, hashlib, io, json, os, stat, sys, tarfile, time
-
-root, out, img = sys.argv[1:4]
-epoch = int(os.environ["SOURCE_DATE_EPOCH"])
-created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-OWNED_BY_NONROOT = {"home/nonroot"}
-
-
-def normalized(ref):
-    """The name containerd and the kubelet use for IMG (docker.io/library/... when IMG
-    names no registry), for the containerd name annotation."""
-    first, _, rest = ref.partition("/")
-    if not rest:
-        return "docker.io/library/" + ref
-    if "." in first or ":" in first or first == "localhost":
-        return ref
-    return "docker.io/" + ref
-
-
-last = img.rsplit("/", 1)[-1]
-if "@" in img:
-    sys.exit(f"IMG={img}: give a name and tag, not a digest")
-if ":" not in last:
-    img += ":latest"
-
-
-def entry(name, mode, size=0, kind=tarfile.REGTYPE, uid=0, gid=0):
-    ti = tarfile.TarInfo(name)
-    ti.type, ti.mode, ti.size, ti.mtime = kind, mode, size, epoch
-    ti.uid, ti.gid, ti.uname, ti.gname = uid, gid, "", ""
-    return ti
-
-
-# The layer: every file and directory under root, sorted, with fixed owners and times.
-layer = io.BytesIO()
-with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-    paths = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        for n in dirnames + filenames:
-            paths.append(os.path.relpath(os.path.join(dirpath, n), root))
-    for rel in sorted(paths):
-        st = os.lstat(os.path.join(root, rel))
-        uid = 65532 if rel in OWNED_BY_NONROOT else 0
-        mode = stat.S_IMODE(st.st_mode)
-        if stat.S_ISDIR(st.st_mode):
-            tar.addfile(entry(rel + "/", mode, kind=tarfile.DIRTYPE, uid=uid, gid=uid))
-        elif stat.S_ISREG(st.st_mode):
-            with open(os.path.join(root, rel), "rb") as f:
-                tar.addfile(entry(rel, mode, st.st_size, uid=uid, gid=uid), f)
-        else:
-            sys.exit(f"unexpected file type in the image: {rel}")
-layer_tar = layer.getvalue()
-gz = io.BytesIO()
-with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=gz, mtime=0) as z:
-    z.write(layer_tar)
-layer_gz = gz.getvalue()
-
-
-def digest(b):
-    return "sha256:" + hashlib.sha256(b).hexdigest()
-
-
-def canonical(obj):
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-
-
-config = canonical({
-    "created": created,
-    "architecture": "amd64",
-    "os": "linux",
-    "config": {
-        "User": "65532:65532",
-        "Entrypoint": ["/loki-zone-operator"],
-        "Cmd": ["run"],
-        "Env": [
-            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
-        ],
-        "WorkingDir": "/",
-    },
-    "rootfs": {"type": "layers", "diff_ids": [digest(layer_tar)]},
-    "history": [{"created": created, "created_by": "hack/build-image.sh"}],
-})
-manifest = canonical({
-    "schemaVersion": 2,
-    "mediaType": "application/vnd.oci.image.manifest.v1+json",
-    "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-               "digest": digest(config), "size": len(config)},
-    "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                "digest": digest(layer_gz), "size": len(layer_gz)}],
-})
-index = canonical({
-    "schemaVersion": 2,
-    "mediaType": "application/vnd.oci.image.index.v1+json",
-    "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "digest": digest(manifest), "size": len(manifest),
-        "platform": {"architecture": "amd64", "os": "linux"},
-        # ref.name: the name skopeo, podman and `ctr import` give the image; containerd
-        # (and so kind) prefers its own annotation, which must be the normalized name.
-        "annotations": {"org.opencontainers.image.ref.name": img,
-                        "io.containerd.image.name": normalized(img)},
-    }],
-})
-
-
-def blob(b):
-    return "blobs/sha256/" + digest(b).split(":", 1)[1]
-
-
-docker_manifest = canonical([{"Config": blob(config), "RepoTags": [img],
-                              "Layers": [blob(layer_gz)]}])
-files = {
-    "oci-layout": canonical({"imageLayoutVersion": "1.0.0"}),
-    "index.json": index,
-    "manifest.json": docker_manifest,
-    blob(layer_gz): layer_gz,
-    blob(config): config,
-    blob(manifest): manifest,
-}
-tmp = out + ".tmp"
-with open(tmp, "wb") as f, tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar:
-    tar.addfile(entry("blobs/", 0o755, kind=tarfile.DIRTYPE))
-    tar.addfile(entry("blobs/sha256/", 0o755, kind=tarfile.DIRTYPE))
-    for name in sorted(files):
-        tar.addfile(entry(name, 0o644, len(files[name])), io.BytesIO(files[name]))
-os.replace(tmp, out)
-
+python3 hack/oci.py image --out "$OUT" --name "$IMG" --created "$EPOCH" \
+  "${rootfs_args[@]}" --owner home/nonroot=65532:65532 --user 65532:65532 \
+  --entrypoint /loki-zone-operator --cmd run \
+  --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+  --label org.opencontainers.image.source=https://github.com/loki-zone-operator/loki-zone-operator \
+  --label "org.opencontainers.image.revision=$LZO_GIT_COMMIT" \
+  --label "org.opencontainers.image.version=$(awk -F'"' '/^version = / {print $2; exit}' Cargo.toml)" \
+  --label org.opencontainers.image.licenses=Apache-2.0 >"$OUT.json"
+python3 - "$OUT" "$OUT.json" <<'PY'
+import json, os, sys
+out, summary = sys.argv[1], json.load(open(sys.argv[2]))
 mb = lambda n: f"{n / 1e6:.1f} MB"
-print(f"image {img}")
-print(f"archive {out}: {mb(os.path.getsize(out))} (layer {mb(len(layer_gz))} compressed, "
-      f"{mb(len(layer_tar))} uncompressed)")
-print(f"digest {digest(manifest)}")
+print(f"image {summary['name']}")
+print(f"archive {out}: {mb(os.path.getsize(out))}")
+for platform, s in sorted(summary["platforms"].items()):
+    print(f"  {platform}: manifest {s['manifest']}, layer {mb(s['layer'])} compressed, {mb(s['unpacked'])} unpacked")
+print(f"digest {summary['digest']}")
 PY

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # install | uninstall | deploy | undeploy the operator on the current kubectl context.
 #
-# The CRD comes from the operator binary for the server's version: Kubernetes before
-# 1.25 rejects CEL validation rules (x-kubernetes-validations) under server-side apply,
-# so they are left out there; the operator reports the same rules as a Degraded
-# condition instead. Before 1.21 the operator's PodDisruptionBudget is applied as
-# policy/v1beta1, the only version those servers serve. IMG replaces the operator
-# image, and with it OPERATOR_IMAGE (the zone init container), through a kustomize
-# overlay's `images:` entry: the way a user's own overlay does it.
+# It needs kubectl (with its built-in kustomize) and the committed manifests, nothing
+# else: no Rust toolchain, no build. The CRDs are manifests/crd as committed; Kubernetes
+# before 1.25 rejects CEL validation rules (x-kubernetes-validations) under server-side
+# apply, so there they are left out (`without_cel`, the same CRDs `loki-zone-operator crd
+# --kube-version 1.24` prints, as tests/bundle.rs checks), and the operator reports the
+# same rules as a Degraded condition instead. Before 1.21 the operator's
+# PodDisruptionBudget is applied as policy/v1beta1, the only version those servers
+# serve. IMG replaces the operator image, and with it RELATED_IMAGE_OPERATOR (the zone
+# init container), through a kustomize overlay's `images:` entry: the way a user's own
+# overlay does it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy|replace-crd|manifests}
-BIN=${BIN:-target/debug/loki-zone-operator}
+action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy|replace-crd|manifests|crds}
 KUBECTL=${KUBECTL:-kubectl}
 IMG=${IMG:-}
 # The image name manifests/operator sets; overlays match their `images:` entries on it.
@@ -31,9 +33,35 @@ required_server_version() {
   echo "$version"
 }
 
-# Every CRD (LokiStack, AlertingRule, RecordingRule, RulerConfig) as one stream.
+# The YAML on stdin without its CEL rules: every `x-kubernetes-validations:` key and
+# what belongs to it (deeper lines, and the list items at its own indentation, which is
+# how the committed CRDs are written).
+without_cel() {
+  awk '
+    skip != "" {
+      match($0, /^ */); ind = RLENGTH
+      if (ind > skip || (ind == skip && substr($0, ind + 1, 2) == "- ")) next
+      skip = ""
+    }
+    /^ *x-kubernetes-validations:$/ { match($0, /^ */); skip = RLENGTH; next }
+    { print }'
+}
+
+# Whether a server of version $1 ("1.20"; empty: a current one) takes CEL rules.
+takes_cel() {
+  local major=${1%%.*} minor=${1#*.}
+  minor=${minor%%[!0-9]*}
+  ! { [ "$major" = 1 ] && [ "$minor" -lt 25 ] 2>/dev/null; }
+}
+
+# Every CRD (LokiStack, AlertingRule, RecordingRule, RulerConfig) as one stream, as a
+# server of version $1 takes them.
 crd() {
-  "$BIN" crd --kube-version "$1"
+  local f
+  for f in $(sed -n 's/^- //p' manifests/crd/kustomization.yaml); do
+    echo ---
+    cat "manifests/crd/$f"
+  done | if takes_cel "$1"; then cat; else without_cel; fi
 }
 
 # The manifests on stdin as a server of version $1 ("1.20"; empty: a current one)
@@ -106,16 +134,12 @@ case "$action" in
     # Migration from the Go Loki Operator (docs/migrate.md): a replace takes over the
     # whole CRD, its conversion webhook setting included, which an apply would leave.
     # A CRD the Go operator did not install is created.
-    dir=$(mktemp -d)
-    trap 'rm -rf "$dir"' EXIT
-    "$BIN" crd --kube-version "$(required_server_version)" --out-dir "$dir"
-    for f in "$dir"/*.yaml; do
-      name=$(sed -n 's/^  name: //p' "$f" | head -n 1)
-      if $KUBECTL get customresourcedefinition "$name" >/dev/null 2>&1; then
-        $KUBECTL replace -f "$f"
-      else
-        $KUBECTL create -f "$f"
-      fi
+    version=$(required_server_version)
+    for f in $(sed -n 's/^- //p' manifests/crd/kustomization.yaml); do
+      name=$(sed -n 's/^  name: //p' "manifests/crd/$f" | head -n 1)
+      if $KUBECTL get customresourcedefinition "$name" >/dev/null 2>&1; then verb=replace; else verb=create; fi
+      if takes_cel "$version"; then cat "manifests/crd/$f"; else without_cel <"manifests/crd/$f"; fi |
+        $KUBECTL "$verb" -f -
     done
     ;;
   uninstall)
@@ -140,13 +164,18 @@ case "$action" in
     $KUBECTL delete --ignore-not-found mutatingwebhookconfiguration loki-zone-operator-zone-at-bind
     $KUBECTL delete --ignore-not-found validatingwebhookconfiguration loki-zone-operator-zone-disruptions
     ;;
+  crds)
+    # The CRDs as `install` applies them to a server of version KUBE_VERSION (default:
+    # a current one), for review or GitOps.
+    crd "${KUBE_VERSION:-}"
+    ;;
   manifests)
     # What `deploy` applies after the CRD, for review or GitOps: hack/deploy.sh manifests
     # (as Kubernetes 1.21+ takes them; KUBE_VERSION=1.20 gives them for an older server).
     operator_manifests | for_server "${KUBE_VERSION:-}"
     ;;
   *)
-    echo "unknown action $action: use install, uninstall, deploy, undeploy or manifests" >&2
+    echo "unknown action $action: use install, uninstall, deploy, undeploy, replace-crd, manifests or crds" >&2
     exit 2
     ;;
 esac

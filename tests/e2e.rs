@@ -81,6 +81,10 @@ use webhook::{
     pods_are_zoned_in_the_event_that_binds_them,
 };
 
+#[path = "e2e/upgrade.rs"]
+mod upgrade;
+use upgrade::an_upgrade_restarts_only_what_the_new_release_renders_differently;
+
 #[path = "e2e/zone_switch.rs"]
 mod zone_switch;
 use zone_switch::zones_turn_on_write_path_first_and_off_read_path_first;
@@ -1690,6 +1694,7 @@ fn main() -> std::process::ExitCode {
         the_per_stack_switch_lets_a_zone_go_while_another_is_down,
         ingesters_removed_by_a_scale_down_leave_the_ring_first,
         zones_turn_on_write_path_first_and_off_read_path_first,
+        an_upgrade_restarts_only_what_the_new_release_renders_differently,
         render_with_the_secret_is_what_the_operator_applies,
         idle_resyncs_write_nothing,
         a_new_leader_writes_nothing_when_nothing_changed,

@@ -74,23 +74,56 @@ fn newest_file(dir: &Path) -> Result<Option<(std::time::SystemTime, PathBuf)>> {
     Ok(newest)
 }
 
-/// Installs the operator exactly as `make deploy` does (`hack/deploy.sh deploy`).
+/// Installs the operator exactly as a user does: `make deploy`, from the committed
+/// manifests, with no Rust toolchain on PATH (it must need kubectl only).
 pub fn deploy(admin_kubeconfig: &Path) -> Result<()> {
-    let out = Command::new("bash")
-        .arg(repo_root().join("hack/deploy.sh"))
+    let path = path_without_cargo()?;
+    let out = Command::new("make")
+        .args(["--no-print-directory", "-C"])
+        .arg(repo_root())
         .arg("deploy")
         .env("KUBECONFIG", admin_kubeconfig)
-        .env("BIN", operator_bin()?)
+        .env("PATH", &path)
+        .env_remove("CARGO")
         .output()
-        .context("running hack/deploy.sh")?;
+        .context("running make deploy")?;
     if !out.status.success() {
         bail!(
-            "make deploy failed:\n{}{}",
+            "make deploy (PATH without cargo: {}) failed:\n{}{}",
+            path.to_string_lossy(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     }
     Ok(())
+}
+
+/// PATH without any directory that holds `cargo`, `rustc` or `rustup`, checked: a
+/// shell with it finds none of them.
+pub fn path_without_cargo() -> Result<std::ffi::OsString> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| {
+            !["cargo", "rustc", "rustup"]
+                .iter()
+                .any(|b| d.join(b).exists())
+        })
+        .collect();
+    let joined = std::env::join_paths(&kept)?;
+    let found = Command::new("sh")
+        .args([
+            "-c",
+            "command -v cargo || command -v rustc || command -v rustup",
+        ])
+        .env("PATH", &joined)
+        .output()?;
+    if found.status.success() {
+        bail!(
+            "a Rust tool is still on the PATH without cargo: {}",
+            String::from_utf8_lossy(&found.stdout)
+        );
+    }
+    Ok(joined)
 }
 
 /// A kubeconfig that authenticates as the operator's ServiceAccount.
@@ -108,6 +141,77 @@ pub async fn service_account_kubeconfig(client: &Client, cp: &ControlPlane) -> R
     Ok(path)
 }
 
+/// The release an upgrade is tested from: the last commit before the first release
+/// (v0.1.0), what users of a source build run. Once v0.1.0 is tagged, the next release
+/// names that tag here.
+pub const PREVIOUS_RELEASE: &str = "5e3ef8e4a4d50cf5407fea18ee5780c343aac386";
+
+/// The operator binary of [`PREVIOUS_RELEASE`], built once from a worktree of that
+/// commit into `target/previous/` (a target directory of its own: built in this
+/// workspace's, it would overwrite the current binary of the same name). Err, saying
+/// why, where this clone does not hold the commit (a shallow clone).
+pub fn previous_release_bin() -> Result<PathBuf> {
+    let root = repo_root();
+    let dir = root.join("target/previous");
+    let bin = dir.join(format!("loki-zone-operator-{}", &PREVIOUS_RELEASE[..12]));
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .current_dir(&root)
+            .args(args)
+            .output()
+            .context("running git")
+    };
+    if !git(&["cat-file", "-e", &format!("{PREVIOUS_RELEASE}^{{commit}}")])?
+        .status
+        .success()
+    {
+        bail!("the previous release {PREVIOUS_RELEASE} is not in this clone (a shallow clone?): `git fetch --unshallow` gets it");
+    }
+    let src = dir.join("src");
+    let _ = git(&["worktree", "remove", "--force", &src.to_string_lossy()]);
+    let _ = fs::remove_dir_all(&src);
+    let added = git(&[
+        "worktree",
+        "add",
+        "--detach",
+        &src.to_string_lossy(),
+        PREVIOUS_RELEASE,
+    ])?;
+    if !added.status.success() {
+        bail!(
+            "git worktree add: {}",
+            String::from_utf8_lossy(&added.stderr)
+        );
+    }
+    let built = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(&src)
+        .args([
+            "build",
+            "--locked",
+            "-p",
+            "loki-zone-operator",
+            "--bin",
+            "loki-zone-operator",
+        ])
+        .env("CARGO_TARGET_DIR", dir.join("target"))
+        // No debug info: faster to build, and nobody debugs the previous release here.
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .output()
+        .context("building the previous release")?;
+    let _ = git(&["worktree", "remove", "--force", &src.to_string_lossy()]);
+    if !built.status.success() {
+        bail!(
+            "building {PREVIOUS_RELEASE}: {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+    }
+    fs::copy(dir.join("target/debug/loki-zone-operator"), &bin)?;
+    Ok(bin)
+}
+
 /// The operator process; stopped with SIGTERM when dropped.
 pub struct Operator {
     child: Option<Child>,
@@ -119,6 +223,16 @@ pub struct Operator {
 
 impl Operator {
     pub fn start(kubeconfig: &Path, dir: &Path, extra: &[&str]) -> Result<Operator> {
+        Self::start_bin(&operator_bin()?, kubeconfig, dir, extra)
+    }
+
+    /// The operator of binary `bin` (another release's, for an upgrade).
+    pub fn start_bin(
+        bin: &Path,
+        kubeconfig: &Path,
+        dir: &Path,
+        extra: &[&str],
+    ) -> Result<Operator> {
         let health_port = crate::harness::free_port()?;
         let addr = format!("127.0.0.1:{health_port}");
         let webhook_port = crate::harness::free_port()?;
@@ -135,7 +249,12 @@ impl Operator {
             .create(true)
             .append(true)
             .open(&log)?;
-        let child = Command::new(operator_bin()?)
+        // The images unless the scenario names its own (an upgrade's new image).
+        let mut images = vec!["--loki-image", "grafana/loki:e2e"];
+        if !extra.iter().any(|a| a.starts_with("--operator-image")) {
+            images.extend(["--operator-image", "loki-zone-operator:e2e"]);
+        }
+        let child = Command::new(bin)
             .args([
                 "run",
                 "--health-addr",
@@ -145,12 +264,7 @@ impl Operator {
                 "--lease-namespace",
                 NAMESPACE,
             ])
-            .args([
-                "--operator-image",
-                "loki-zone-operator:e2e",
-                "--loki-image",
-                "grafana/loki:e2e",
-            ])
+            .args(&images)
             .args(&webhook)
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
