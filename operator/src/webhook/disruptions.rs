@@ -31,20 +31,43 @@ const TOO_MANY_REQUESTS: u16 = 429;
 
 pub(super) async fn zone_disruptions(State(hook): State<Hook>, body: Bytes) -> Response {
     let started = Instant::now();
-    let response = match request::<DynamicObject>(&body) {
+    let answer = match request::<DynamicObject>(&body) {
         // A bug here must not turn into a webhook failure: under `failurePolicy: Fail`
         // that is a 500, which `kubectl drain` does not retry. A refusal it retries.
         Ok(req) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hook.evict(&req)))
             .unwrap_or_else(|_| {
                 Metrics::count(&hook.metrics.webhook_evictions, "internal_error", 1);
-                refuse(&req, format!("the zone-disruption webhook failed on evicting pod {}/{} (an operator bug: see its log); retry in a few seconds", req.namespace.as_deref().unwrap_or_default(), req.name))
+                Answer::Decided(refuse(&req, format!("the zone-disruption webhook failed on evicting pod {}/{} (an operator bug: see its log); retry in a few seconds", req.namespace.as_deref().unwrap_or_default(), req.name)))
             }),
         Err(r) => return *r,
     };
     hook.metrics
         .webhook_duration
         .observe(started.elapsed().as_secs_f64());
-    reply(response)
+    match answer {
+        Answer::Decided(response) => reply(response),
+        Answer::NotLeader(response) => closing(reply(response)),
+    }
+}
+
+/// What this replica answers to one eviction.
+enum Answer {
+    Decided(AdmissionResponse),
+    /// A standby's refusal: only the leader decides.
+    NotLeader(AdmissionResponse),
+}
+
+/// `response`, and the connection closed after it. The API server keeps its connection
+/// to the webhook Service open and sends every review down it: one that landed on a
+/// standby would have it refuse every retry for as long as the connection lives
+/// (minutes), and a drain of zone-aware ingesters would wait that long. Closed, the
+/// retry opens a new connection, which the Service's proxy sends to any ready replica.
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 /// A refusal the client retries (HTTP 429, like a PodDisruptionBudget's).
@@ -65,26 +88,26 @@ fn stack_and_component(pod: &Pod) -> Option<(&str, &str)> {
 }
 
 impl Hook {
-    fn evict(&self, req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    fn evict(&self, req: &AdmissionRequest<DynamicObject>) -> Answer {
         let count = |result| Metrics::count(&self.metrics.webhook_evictions, result, 1);
         let namespace = req.namespace.as_deref().unwrap_or_default();
         let Some((pod, stack, max_per_zone, decided)) = self.ingester(namespace, &req.name) else {
             count("not_ours");
-            return AdmissionResponse::from(req);
+            return Answer::Decided(AdmissionResponse::from(req));
         };
         if !decided {
             count("switched_off");
             info!(pod = %req.name, namespace, stack, "ingester eviction allowed: zone-aware evictions are off for the stack ({}=false)", names::ANNOTATION_ZONE_AWARE_EVICTIONS);
-            return AdmissionResponse::from(req);
+            return Answer::Decided(AdmissionResponse::from(req));
         }
         let Some(grants) = self.leader.grants() else {
             count("not_leader");
-            return refuse(req, format!("this replica of the operator is not the leader (or is still starting), and only the leader decides evictions of the ingesters of zone-aware stacks; retry in a few seconds (evicting pod {namespace}/{})", req.name));
+            return Answer::NotLeader(refuse(req, format!("this replica of the operator is not the leader (or is still starting), and only the leader decides evictions of the ingesters of zone-aware stacks; retry in a few seconds (evicting pod {namespace}/{})", req.name)));
         };
         let pods = self.stack_ingesters(namespace, &stack);
         let Some(target) = pods.iter().position(|p| p.name_any() == req.name) else {
             count("not_ours");
-            return AdmissionResponse::from(req);
+            return Answer::Decided(AdmissionResponse::from(req));
         };
         let ingesters: Vec<Ingester<'_>> = pods
             .iter()
@@ -99,7 +122,7 @@ impl Hook {
             dry_run: req.dry_run,
         };
         let verdict = grants.decide_and_record(&review, ingesters);
-        match verdict {
+        Answer::Decided(match verdict {
             Verdict::Allow { zone } => {
                 count("allowed");
                 info!(pod = %req.name, namespace, zone, dry_run = req.dry_run, "ingester eviction allowed");
@@ -115,7 +138,7 @@ impl Hook {
                 info!(pod = %req.name, namespace, "ingester eviction refused: {message}");
                 refuse(req, message)
             }
-        }
+        })
     }
 
     /// The pod, its stack, the stack's per-zone maximum and whether the stack has
@@ -224,4 +247,33 @@ fn volumes_zone(
             && claim.name.as_ref().is_some_and(|c| claims.contains(c));
         ours.then(|| volume_zone(pv, keys)).flatten()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::header;
+
+    /// A standby's refusal closes the connection it came on, so the retry reaches a
+    /// replica the Service's proxy picks anew; every other answer keeps it open.
+    #[test]
+    fn a_standby_closes_the_connection_of_its_refusal() {
+        let decided = reply(AdmissionResponse::invalid("x"));
+        assert_eq!(decided.headers().get(header::CONNECTION), None);
+        let refused = closing(reply(AdmissionResponse::invalid("x")));
+        assert_eq!(
+            refused
+                .headers()
+                .get(header::CONNECTION)
+                .map(|v| v.as_bytes()),
+            Some(&b"close"[..])
+        );
+        assert_eq!(
+            refused
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .map(|v| v.as_bytes()),
+            Some(&b"application/json"[..])
+        );
+    }
 }
