@@ -14,6 +14,8 @@ IMG ?= $(shell awk '/newName:/ {n=$$2} /newTag:/ {t=$$2} END {print n ":" t}' ma
 # image manifests/operator sets: change it there and run `make bundle` for your own).
 BUNDLE_IMG ?= $(shell awk '/newName:/ {n=$$2} /newTag:/ {t=$$2} END {print n "-bundle:" t}' manifests/operator/kustomization.yaml)
 CONTAINER_TOOL ?= docker
+# A kustomization of your own over manifests/operator, for deploy and undeploy.
+OVERLAY ?=
 
 .PHONY: help
 help: ## List the targets
@@ -89,7 +91,7 @@ release-check-or-why:
 	  elif [ $$rc != 0 ]; then exit $$rc; fi
 
 .PHONY: e2e-real
-e2e-real: ## End-to-end on real nodes (root): make image, 3 kubelets with containerd; the operator as make deploy installs it, a zone-aware stack's pods zoned at bind
+e2e-real: ## End-to-end on real nodes (root): make release, pushed to a registry; 3 kubelets with containerd; the quick-start from dist/install.yaml, a prefixed make deploy, a drain
 	bash hack/real-node/e2e.sh
 
 # Runs e2e-real where the machine can (a failure then fails make test); where it cannot,
@@ -98,7 +100,7 @@ e2e-real: ## End-to-end on real nodes (root): make image, 3 kubelets with contai
 e2e-real-or-why:
 	@mkdir -p target && rm -f $(REAL_NODE_MISSING)
 	@if why=$$(bash hack/real-node/preflight.sh); then \
-	  bash hack/real-node/e2e.sh; \
+	  USE_DIST=$$([ -s $(RELEASE_MISSING) ] || echo 1) bash hack/real-node/e2e.sh; \
 	else echo "$$why" > $(REAL_NODE_MISSING); \
 	  echo "!! the real-node check will NOT run: $$why" >&2; fi
 
@@ -133,12 +135,12 @@ replace-crd: ## Replace the Go Loki Operator's CRDs with ours, keeping every sta
 	bash hack/deploy.sh replace-crd
 
 .PHONY: deploy
-deploy: ## Install the operator (CRD, RBAC, Deployment) with image IMG, from the committed manifests
-	IMG=$(IMG) bash hack/deploy.sh deploy
+deploy: ## Install the operator (CRD, RBAC, Deployment) with image IMG, from the committed manifests (OVERLAY: your kustomization over them)
+	IMG=$(IMG) OVERLAY=$(OVERLAY) bash hack/deploy.sh deploy
 
 .PHONY: undeploy
-undeploy: ## Remove the operator (keeps the CRD and LokiStacks)
-	bash hack/deploy.sh undeploy
+undeploy: ## Remove the operator (keeps the CRD and LokiStacks; OVERLAY as for deploy)
+	OVERLAY=$(OVERLAY) bash hack/deploy.sh undeploy
 
 # `make bench BENCH_ARGS=memory` runs the memory section alone.
 BENCH_ARGS ?=

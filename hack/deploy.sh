@@ -10,11 +10,12 @@
 # PodDisruptionBudget is applied as policy/v1beta1, the only version those servers
 # serve. IMG replaces the operator image, and with it RELATED_IMAGE_OPERATOR (the zone
 # init container), through a kustomize overlay's `images:` entry: the way a user's own
-# overlay does it.
+# overlay does it. OVERLAY (a kustomization directory over manifests/operator) replaces
+# manifests/operator for deploy, undeploy and manifests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy|replace-crd|manifests|crds}
+action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy|replace-crd|manifests|crds|for-server}
 KUBECTL=${KUBECTL:-kubectl}
 IMG=${IMG:-}
 # The image name manifests/operator sets; overlays match their `images:` entries on it.
@@ -79,11 +80,15 @@ for_server() {
   fi
 }
 
-# `kubectl kustomize manifests/operator`, with IMG (name, name:tag or name@digest) as
-# the operator image when it is set.
+# `kubectl kustomize manifests/operator` (or OVERLAY, a kustomization of your own over
+# it: a namePrefix, another namespace, components), with IMG (name, name:tag or
+# name@digest) as the operator image when it is set.
 operator_manifests() {
+  local base=${OVERLAY:-manifests/operator}
+  [ -f "$base/kustomization.yaml" ] || [ -f "$base/kustomization.yml" ] || [ -f "$base/Kustomization" ] ||
+    { echo "OVERLAY=$base: no kustomization.yaml there" >&2; exit 2; }
   if [ -z "$IMG" ]; then
-    $KUBECTL kustomize manifests/operator
+    $KUBECTL kustomize "$base"
     return
   fi
   local dir name ref last
@@ -105,7 +110,7 @@ operator_manifests() {
     fi
   fi
   printf 'resources:\n- %s\nimages:\n- name: %s\n  newName: %s\n  %s\n' \
-    "$(realpath --relative-to="$dir" manifests/operator)" "$BASE_IMAGE_NAME" "$name" "$ref" \
+    "$(realpath --relative-to="$dir" "$base")" "$BASE_IMAGE_NAME" "$name" "$ref" \
     >"$dir/kustomization.yaml"
   $KUBECTL kustomize "$dir"
 }
@@ -156,13 +161,20 @@ case "$action" in
     ;;
   undeploy)
     # A server whose version cannot be read gets the manifests as they are.
-    $KUBECTL kustomize manifests/operator | for_server "$(server_version)" |
+    operator_manifests | for_server "$(server_version)" |
       $KUBECTL delete --ignore-not-found -f -
     # The operator registers its webhook configurations itself; the zone-disruption one
     # fails closed, so left behind it would refuse every eviction of the stacks'
     # ingesters.
     $KUBECTL delete --ignore-not-found mutatingwebhookconfiguration loki-zone-operator-zone-at-bind
     $KUBECTL delete --ignore-not-found validatingwebhookconfiguration loki-zone-operator-zone-disruptions
+    ;;
+  for-server)
+    # A release's install.yaml (stdin) as a server of version $2 takes it: without the
+    # CRDs' CEL rules before 1.25, the budget as policy/v1beta1 before 1.21. The
+    # release targets current servers; this is for older ones (and the tests' 1.20).
+    version=${2:?usage: hack/deploy.sh for-server VERSION <install.yaml}
+    if takes_cel "$version"; then cat; else without_cel; fi | for_server "$version"
     ;;
   crds)
     # The CRDs as `install` applies them to a server of version KUBE_VERSION (default:
@@ -175,7 +187,7 @@ case "$action" in
     operator_manifests | for_server "${KUBE_VERSION:-}"
     ;;
   *)
-    echo "unknown action $action: use install, uninstall, deploy, undeploy, replace-crd, manifests or crds" >&2
+    echo "unknown action $action: use install, uninstall, deploy, undeploy, replace-crd, manifests, crds or for-server" >&2
     exit 2
     ;;
 esac

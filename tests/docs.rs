@@ -44,3 +44,35 @@ fn readme_links_resolve() {
         "README should link the docs pages, found {checked} local links"
     );
 }
+
+/// docs/install.md's quick-start (which the real-node check runs as written) installs
+/// this version's release, in five commands, and the README and CHANGELOG name the same
+/// version.
+#[test]
+fn the_quick_start_installs_this_release_in_five_commands() {
+    let root = repo_root();
+    let install = std::fs::read_to_string(root.join("docs/install.md")).expect("install.md");
+    let start = install
+        .find("<!-- quick-start")
+        .expect("the quick-start marker in docs/install.md");
+    let block = &install[start..];
+    let block = &block[block.find("```sh\n").expect("a sh block") + 6..];
+    let block = &block[..block.find("```\n<!-- /quick-start -->").expect("the end marker")];
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let url = format!("https://github.com/loki-zone-operator/loki-zone-operator/releases/download/{version}/install.yaml");
+    assert!(block.contains(&url), "the quick-start does not install {url}:\n{block}");
+    let commands = block.lines().filter(|l| l.starts_with("kubectl ")).count();
+    assert_eq!(commands, 5, "the quick-start has {commands} commands:\n{block}");
+    assert!(
+        std::fs::read_to_string(root.join("README.md"))
+            .expect("README")
+            .contains(&url),
+        "the README's install line names another release"
+    );
+    assert!(
+        std::fs::read_to_string(root.join("CHANGELOG.md"))
+            .expect("CHANGELOG")
+            .contains(&format!("\n## {version}\n")),
+        "CHANGELOG.md has no section for {version}"
+    );
+}

@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-# End-to-end on real nodes (issue 27): the operator image, installed with the manifests
-# `make deploy` applies, runs as two in-cluster replicas on real kubelets (containerd,
-# runc, CNI bridge, kube-proxy) in node-a/b/c of zone-a/b/c, serves its webhooks
-# through its Service, and a zone-aware 1x.demo LokiStack's pods get their zone in the
-# binding and pass their zone init container. `make e2e-real` runs it (root).
+# End-to-end on real nodes (issues 27 and 37): the release as a user installs it. The
+# release's image index is pushed (hack/publish.sh, skopeo) to a registry in the test's
+# network namespace, which every node's containerd takes as its mirror of ghcr.io and
+# docker.io; docs/install.md's quick-start runs as it is written, from dist/install.yaml:
+# the kubelets of node-a/b/c (zone-a/b/c; containerd, runc, CNI bridge, kube-proxy) pull
+# the operator by digest, its two replicas serve the webhooks through their Service, and
+# a zone-aware 1x.demo LokiStack's pods get their zone in the binding and pass their zone
+# init container (the same image, pulled by digest). Then the documented uninstall keeps
+# the CRDs and the stack; `make deploy` with a namePrefix and another namespace, and no
+# Rust toolchain on PATH, installs again; and a drain of an ingester's node goes through
+# the eviction webhook behind the prefixed Service. `make e2e-real` runs it (root).
 #
 #   sudo hack/real-node/e2e.sh
 #
 # Environment (besides lib.sh's, see run-demo.sh):
 #   NODES=N              real nodes, 1..3 (default 3, one per zone)
-#   IMAGE_ARCHIVE=FILE   the operator image (default target/image/loki-zone-operator.oci.tar,
-#                        built here with `make image`; SKIP_IMAGE_BUILD=1 uses it as is)
-#   LOKI_IMAGE_ARCHIVE=FILE  an archive of the Loki image the operator sets
-#                        (docker.io/grafana/loki:3.7.3): imported too, and the whole
-#                        real-Loki scenario of loki.sh runs (S3 server, every component
-#                        Ready, lines pushed, a zone stopped, a surviving ingester
-#                        restarted, every line queried back)
+#   USE_DIST=1           take dist/ as it is (make test runs hack/release-check.sh just
+#                        before, which leaves it); else `make release` writes it first
+#   LOKI_IMAGE_ARCHIVE=FILE  an OCI archive of the Loki image the operator sets
+#                        (docker.io/grafana/loki:3.7.3), pushed to the registry too (and
+#                        pinned by its digest in the release): the real-Loki scenario of
+#                        loki.sh runs (S3 server, every component Ready, lines pushed, a
+#                        zone stopped, a surviving ingester restarted, every line back)
 #   TIMEOUT=SECONDS      per wait (default 300)
 #   KEEP=1               stay up at the end until Enter (or SIGTERM)
 #
@@ -27,11 +33,13 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$repo"
 export NODES=${NODES:-3}
 TIMEOUT=${TIMEOUT:-300}
-IMAGE_ARCHIVE=${IMAGE_ARCHIVE:-target/image/loki-zone-operator.oci.tar}
 CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
-OP_BIN="$CACHE_DIR/musl-target/x86_64-unknown-linux-musl/release/loki-zone-operator"
+# The release's linux/amd64 binary, for `render` and `crd` on this machine.
+OP_BIN="$CACHE_DIR/release-target/x86_64-unknown-linux-musl/release/loki-zone-operator"
+VERSION=v$(awk -F'"' '/^version = / {print $2; exit}' Cargo.toml)
 OP_NS=loki-zone-operator-system
-STACK_NS=e2e-real
+# The quick-start's namespace and stack (docs/install.md).
+STACK_NS=loki
 STACK=zones
 ZONE_ANNOTATION=loki.grafana.com/availability-zone
 ZONE_LABEL=topology.kubernetes.io/zone
@@ -48,30 +56,34 @@ T_ALL=$(now)
 # ---------------------------------------------------------------- 1. build
 [ "$(id -u)" -eq 0 ] || { say "needs root (network and mount namespaces, cgroups)"; exit 1; }
 [ -n "$HOST_KUBECTL" ] || { say "needs kubectl with kustomize (what make deploy uses)"; exit 1; }
+for c in skopeo:skopeo docker-registry:docker-registry; do
+  command -v "${c%%:*}" >/dev/null || { say "installing ${c#*:} with apt"; apt-get install -y -qq "${c#*:}" >/dev/null; }
+done
 t=$(now); c0=$(child_cpu)
-if [ "${SKIP_IMAGE_BUILD:-0}" != 1 ]; then
-  say "make image (musl build cached in $CACHE_DIR/musl-target)"
-  make --no-print-directory image IMAGE_ARCHIVE="$IMAGE_ARCHIVE" >&2
+if [ "${USE_DIST:-0}" != 1 ] || [ ! -s dist/digests.txt ]; then
+  say "make release VERSION=$VERSION (the dist/ this check installs from)"
+  make --no-print-directory release VERSION="$VERSION" ALLOW_DIRTY=1 >&2
 fi
-[ -s "$IMAGE_ARCHIVE" ] || { say "no image archive $IMAGE_ARCHIVE"; exit 1; }
-[ -x "$OP_BIN" ] || { say "no operator binary $OP_BIN (make image builds it)"; exit 1; }
+[ -s dist/digests.txt ] || { say "no dist/digests.txt: make release failed"; exit 1; }
+[ -x "$OP_BIN" ] || { say "no operator binary $OP_BIN (make release builds it)"; exit 1; }
 bash hack/build-control-plane.sh >/dev/null
 bin="$CACHE_DIR/k8s-1.20.2/bin"
 { [ -x "$bin/kubelet" ] && [ -x "$bin/kube-proxy" ]; } || bash hack/real-node/build-kubelet.sh >/dev/null
 TIME[build]=$(secs "$t"); CPU[build]=$(awk -v a="$c0" -v b="$(child_cpu)" 'BEGIN {printf "%.1f", b - a}')
-# The name in the archive: what `make image` was given as IMG, and what make deploy sets.
-OP_IMAGE=$(tar xOf "$IMAGE_ARCHIVE" index.json | python3 -c 'import json,sys
-m = json.load(sys.stdin)["manifests"][0].get("annotations", {})
-print(m.get("io.containerd.image.name") or m.get("org.opencontainers.image.ref.name", ""))')
-[ -n "$OP_IMAGE" ] || { say "cannot read the image name from $IMAGE_ARCHIVE"; exit 1; }
-[[ "$OP_IMAGE" != *:latest ]] || say "WARNING: $OP_IMAGE is :latest; the kubelet would try to pull it"
+# What the release pins: the operator's image index, by digest, in install.yaml.
+RELEASED=$(awk -v v=":$VERSION" 'substr($1, length($1) - length(v) + 1) == v && $1 !~ /-bundle:/ {print $1; exit}' dist/digests.txt)
+INDEX_DIGEST=$(awk -v r="$RELEASED" '$1 == r {print $2}' dist/digests.txt)
+OP_IMAGE=${RELEASED%:"$VERSION"}@$INDEX_DIGEST
+grep -q "image: $OP_IMAGE" dist/install.yaml || { say "dist/install.yaml does not run $OP_IMAGE"; exit 1; }
 say "build: ${TIME[build]} s; operator image $OP_IMAGE"
 
-# ---------------------------------------------------------------- 2-3. cluster, images
-export OPERATOR_IMAGE=$IMAGE_ARCHIVE
+# ---------------------------------------------------------------- 2-3. cluster, registry
+# No image is imported but the pause and demo images: the nodes pull the operator (and
+# Loki) from the registry lib.sh starts (REGISTRY=1), their mirror of ghcr.io and
+# docker.io.
+unset OPERATOR_IMAGE
 EXTRA_IMAGES=()
-[ -n "${LOKI_IMAGE_ARCHIVE:-}" ] && EXTRA_IMAGES+=("$(realpath "$LOKI_IMAGE_ARCHIVE")")
-export IDLE_SECONDS=0
+export IDLE_SECONDS=0 REGISTRY=1
 # A cluster DNS for the pods (lib.sh, cluster-dns.py): Loki's configuration names
 # Services; checked below for the operator's webhook Service.
 export CLUSTER_DNS=${CLUSTER_DNS:-1}
@@ -86,7 +98,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-say "cluster up: ${TIME[cluster]} s ($NODES real node(s), operator image imported into each)"
+say "cluster up: ${TIME[cluster]} s ($NODES real node(s); images come from the registry at $REGISTRY_ADDR)"
 
 FAIL=0
 FAILED=()
@@ -103,95 +115,41 @@ assert() { # assert DESCRIPTION COMMAND...: pass or fail, with the command's out
 }
 hk() { "$HOST_KUBECTL" --kubeconfig "$W/cp/host.kubeconfig" "$@"; }
 jp() { kubectl "$@" 2>/dev/null || true; }
+in_ns() { nsenter --net="/run/netns/$NS" "$@"; }
 
-for n in "${names[@]}"; do
-  assert "$n has the operator image in containerd's k8s.io namespace" \
-    in_node "$n" sh -c "ctr --address /run/containerd/containerd.sock -n k8s.io images ls -q | grep -Fx '$OP_IMAGE'"
-done
-
-# ---------------------------------------------------------------- 4. install
-# What `make deploy IMG=$OP_IMAGE` applies (hack/deploy.sh deploy: the CRD for the
-# server's version, then manifests/operator with the image set by a kustomize overlay),
-# from the host through the loopback forwarder, as a user's kubectl would. BIN (for
-# `crd --kube-version`) is the musl binary in the image: `make deploy` would first run
-# `cargo build` of the whole workspace for it, which this check does not need.
-t_op=$(now)
-say "installing the operator as make deploy does (hack/deploy.sh deploy, IMG=$OP_IMAGE)"
-KUBECONFIG="$W/cp/host.kubeconfig" KUBECTL="$HOST_KUBECTL" BIN="$OP_BIN" IMG="$OP_IMAGE" \
-  bash hack/deploy.sh deploy >"$W/logs/deploy.log" 2>&1 ||
-  { cat "$W/logs/deploy.log" >&2; die "hack/deploy.sh deploy failed"; }
-dep() { jp -n "$OP_NS" get deployment loki-zone-operator -o jsonpath="$1"; }
-assert "Deployment: 2 replicas" [ "$(dep '{.spec.replicas}')" = 2 ]
-assert "Deployment: image $OP_IMAGE, RELATED_IMAGE_OPERATOR the same" \
-  [ "$(dep '{.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].env[?(@.name=="RELATED_IMAGE_OPERATOR")].value}')" = "$OP_IMAGE $OP_IMAGE" ]
-pull=$(dep '{.spec.template.spec.containers[0].imagePullPolicy}')
-assert "Deployment: imagePullPolicy IfNotPresent (server default for a tag other than :latest): $pull" [ "$pull" = IfNotPresent ]
-assert "Deployment: the shipped security context (read-only root filesystem, non-root, no capabilities)" \
-  [ "$(dep '{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.containers[0].securityContext.runAsNonRoot} {.spec.template.spec.containers[0].securityContext.capabilities.drop[0]}')" = "true true ALL" ]
-
-# ---------------------------------------------------------------- 5. operator Ready
-ready_pods() {
-  kubectl -n "$OP_NS" get pods -l app.kubernetes.io/name=loki-zone-operator \
-    -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null |
-    grep -c '=True' || true
-}
-holder() { jp -n "$OP_NS" get lease loki-zone-operator -o jsonpath='{.spec.holderIdentity}'; }
-mwc() { jp get mutatingwebhookconfiguration loki-zone-operator-zone-at-bind -o jsonpath="$1"; }
-deadline=$(($(date +%s) + TIMEOUT))
-while [ "$(date +%s)" -lt "$deadline" ]; do
-  [ "$(ready_pods)" = 2 ] && [ -n "$(holder)" ] && [ -n "$(mwc '{.metadata.name}')" ] && break
-  sleep 1
-done
-TIME[operator]=$(secs "$t_op")
-kubectl -n "$OP_NS" get pods -o wide >&2 || true
-OP_PODS=($(jp -n "$OP_NS" get pods -l app.kubernetes.io/name=loki-zone-operator -o jsonpath='{.items[*].metadata.name}'))
-assert "both operator pods Ready ($(ready_pods) of 2)" [ "$(ready_pods)" = 2 ]
-if [ "$(ready_pods)" != 2 ]; then
-  for p in "${OP_PODS[@]}"; do
-    kubectl -n "$OP_NS" describe pod "$p" | sed -n '/^Events:/,$p' | tail -n 10 >&2 || true
-    kubectl -n "$OP_NS" logs "$p" --tail=30 >&2 || true
-  done
-  die "the operator did not become Ready within ${TIMEOUT}s: stopping here"
+# ---------------------------------------------------------------- 4. publish
+# The release workflow's push (hack/publish.sh), to the test's registry: the image index
+# and the bundle image, each pulled back by digest and compared blob by blob.
+t=$(now)
+REPO_PATH=${RELEASED#*/}
+REPO_PATH=${REPO_PATH%:"$VERSION"}
+in_ns env IMAGE_REPO="$REGISTRY_ADDR/$REPO_PATH" TLS_VERIFY=false bash hack/publish.sh "$VERSION" \
+  >"$W/logs/publish.out" 2>"$W/logs/publish.log" || { cat "$W/logs/publish.log" >&2; die "hack/publish.sh failed"; }
+sed 's/^/    /' "$W/logs/publish.log" >&2
+assert "hack/publish.sh pushed the image index ($INDEX_DIGEST) and the bundle image, pulled both back by digest, every blob equal" \
+  grep -q "^$REGISTRY_ADDR/$REPO_PATH@$INDEX_DIGEST\$" "$W/logs/publish.out"
+TIME[publish]=$(secs "$t")
+if [ -n "${LOKI_IMAGE_ARCHIVE:-}" ]; then
+  loki_ref=$(awk '/name: RELATED_IMAGE_LOKI/ {getline; print $2}' manifests/operator/manager/deployment.yaml)
+  transport=oci-archive
+  tar tf "$LOKI_IMAGE_ARCHIVE" index.json >/dev/null 2>&1 || transport=docker-archive
+  in_ns skopeo copy --quiet --all --preserve-digests --dest-tls-verify=false \
+    "$transport:$(realpath "$LOKI_IMAGE_ARCHIVE")" "docker://$REGISTRY_ADDR/${loki_ref#docker.io/}" >&2 ||
+    die "pushing $LOKI_IMAGE_ARCHIVE to the registry failed"
+  say "pushed $LOKI_IMAGE_ARCHIVE to $REGISTRY_ADDR/${loki_ref#docker.io/} ($transport)"
 fi
-LEADER=$(holder)
-assert "one replica holds the Lease loki-zone-operator: $LEADER" \
-  bash -c "printf '%s\n' ${OP_PODS[*]} | grep -Fx '$LEADER'"
-assert "MutatingWebhookConfiguration loki-zone-operator-zone-at-bind registered (no webhook in it until a zone-aware stack exists)" \
-  [ -n "$(mwc '{.metadata.name}')" ]
-say "operator Ready (2 replicas, leader $LEADER, webhook configuration registered): ${TIME[operator]} s after the install began"
 
-# Which address the API server dials for the webhooks: two rules that only count, first
-# in the nat table's OUTPUT chain of the namespace (the API server's own connections;
-# pods' go through PREROUTING), one for connections to the webhook Service's ClusterIP,
-# one for connections straight to a pod's webhook port 9443. kube-proxy never rewrites
-# OUTPUT itself (only its jump to KUBE-SERVICES, whose counters it resets at each sync).
-wh_ip=$(jp -n "$OP_NS" get service loki-zone-operator-webhook -o jsonpath='{.spec.clusterIP}')
-[ -n "$wh_ip" ] || die "the webhook Service loki-zone-operator-webhook has no ClusterIP"
-if [ "$CLUSTER_DNS" = 1 ]; then
-  name=loki-zone-operator-webhook.$OP_NS.svc.cluster.local
-  got=""
-  for _ in $(seq 10); do
-    got=$(nsenter --net="/run/netns/$NS" python3 hack/real-node/cluster-dns.py resolve "$APISERVER_IP" "$name" 2>&1) && [ "$got" = "$wh_ip" ] && break
-    sleep 0.5
-  done
-  assert "the cluster DNS pods are given ($APISERVER_IP) resolves $name to its ClusterIP $wh_ip: $got" [ "$got" = "$wh_ip" ]
-  got=$(nsenter --net="/run/netns/$NS" python3 hack/real-node/cluster-dns.py resolve "$APISERVER_IP" example.com 2>&1 || true)
-  assert "... and answers NXDOMAIN outside the cluster (nothing forwarded): example.com: $got" [ "$got" = NXDOMAIN ]
-fi
-ip netns exec "$NS" iptables -t nat -I OUTPUT 1 -p tcp -d "$wh_ip/32" --dport 443 \
-  -m comment --comment lzo-e2e-webhook-clusterip
-ip netns exec "$NS" iptables -t nat -I OUTPUT 1 -p tcp --dport 9443 \
-  -m comment --comment lzo-e2e-webhook-pod-ip
-out_count() { ip netns exec "$NS" iptables -t nat -L OUTPUT -v -n -x | awk -v c="$1" '$0 ~ c {print $1}'; }
-
-# ---------------------------------------------------------------- 6. the stack
+# ---------------------------------------------------------------- 5. the quick-start
 # Local volumes for the StatefulSets' claims (compactor, 3 ingesters x storage and wal,
-# index gateway = 8): a WaitForFirstConsumer class, as zone-aware stacks need, and four
-# volumes per node in the node's own directory.
+# index gateway = 8): the cluster's default StorageClass, WaitForFirstConsumer as
+# zone-aware stacks need (what the quick-start asks of a cluster), and four volumes per
+# node in the node's own directory.
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
-metadata: {name: lzo-local}
+metadata:
+  name: lzo-local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
 provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 YAML
@@ -216,55 +174,158 @@ spec:
 YAML
   done
 done | kubectl apply -f - >/dev/null
-kubectl create namespace "$STACK_NS" >/dev/null
-# Kubernetes 1.21+ labels every namespace kubernetes.io/metadata.name=<name>; 1.20, this
-# control plane, does not. The zone-at-bind webhook selects namespaces by that label, so
-# here, as the simulated e2e's node simulator does, the test sets it the way 1.21 would.
-# Without it (LABEL_NAMESPACE=0) the API server never calls the webhook on 1.20: the
-# annotator zones every pod right after its bind, and the checks of the binding path fail.
-if [ "${LABEL_NAMESPACE:-1}" = 1 ]; then
-  kubectl label namespace "$STACK_NS" "kubernetes.io/metadata.name=$STACK_NS" >/dev/null
-  say "namespace $STACK_NS labelled kubernetes.io/metadata.name=$STACK_NS, as Kubernetes 1.21+ does by itself (1.20 does not)"
-fi
-# The storage Secret the e2e suite uses (tests/support/lib.rs).
-kubectl -n "$STACK_NS" create secret generic loki-s3 --from-literal=bucketnames=loki \
-  --from-literal=endpoint=http://minio:9000 --from-literal=access_key_id=id \
-  --from-literal=access_key_secret=secret >/dev/null
 if [ -n "${LOKI_IMAGE_ARCHIVE:-}" ]; then
   # shellcheck source=hack/real-node/loki.sh
   source "$repo/hack/real-node/loki.sh"
-  loki_prepare
+  loki_s3_start
 fi
-# Three zones with one ingester each and factor 3: a write needs 2 of 3, so one zone can
-# be lost (the real-Loki part stops one); with fewer nodes, factor 1.
-factor=$([ "$NODES" -ge 3 ] && echo 3 || echo 1)
-cat >"$W/stack.yaml" <<YAML
-apiVersion: loki.grafana.com/v1
-kind: LokiStack
-metadata: {name: $STACK, namespace: $STACK_NS}
-spec:
-  size: 1x.demo
-  storage: {secret: {name: loki-s3, type: s3}}
-  storageClassName: lzo-local
-  template:
-    ingester: {replicas: 3}
-  replication:
-    factor: $factor
-    zones: [{topologyKey: $ZONE_LABEL, maxSkew: 1}]
-YAML
-# Every version of every pod of the namespace, from before the first one exists: the
-# first version with spec.nodeName shows whether the zone came with the binding.
-"$HOST_KUBECTL" --kubeconfig "$W/cp/host.kubeconfig" -n "$STACK_NS" get pods --watch -o json \
+# Which address the API server dials for the webhooks: two rules that only count, first
+# in the nat table's OUTPUT chain of the namespace (the API server's own connections;
+# pods' go through PREROUTING), one for connections to a ClusterIP on 443 (the only
+# Service the API server dials is a webhook's), one for connections straight to a pod's
+# webhook port 9443. kube-proxy never rewrites OUTPUT itself (only its jump to
+# KUBE-SERVICES, whose counters it resets at each sync).
+ip netns exec "$NS" iptables -t nat -I OUTPUT 1 -p tcp -d 10.96.0.0/16 --dport 443 \
+  -m comment --comment lzo-e2e-webhook-clusterip
+ip netns exec "$NS" iptables -t nat -I OUTPUT 1 -p tcp --dport 9443 \
+  -m comment --comment lzo-e2e-webhook-pod-ip
+out_count() { ip netns exec "$NS" iptables -t nat -L OUTPUT -v -n -x | awk -v c="$1" '$0 ~ c {print $1}'; }
+# Every version of every pod of the stack, from before the first one exists: the first
+# version of a pod with spec.nodeName shows whether the zone came with the binding.
+hk get pods --all-namespaces -l "app.kubernetes.io/instance=$STACK" --watch -o json \
   >"$W/pods.watch.json" 2>"$W/logs/pods-watch.log" &
 WATCH_PID=$!
+
+# docs/install.md's quick-start, as it is written, with two substitutions: the release's
+# install.yaml is dist/'s, as a Kubernetes 1.20 server takes it (without the CRDs' CEL
+# rules, the budget as policy/v1beta1: hack/deploy.sh for-server), because this control
+# plane is older than the versions the release targets; and without a Loki image the
+# last command (wait for Ready) is left out, since no Loki container can start.
+python3 - docs/install.md >"$W/quick-start.sh" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = re.search(r"<!-- quick-start[^>]*-->\n```sh\n(.*?)```\n<!-- /quick-start -->", text, re.S)
+if not m:
+    sys.exit("no quick-start block in docs/install.md")
+print(m.group(1), end="")
+PY
+url="https://github.com/loki-zone-operator/loki-zone-operator/releases/download/$VERSION/install.yaml"
+grep -qF "$url" "$W/quick-start.sh" || die "the quick-start does not install $url"
+bash hack/deploy.sh for-server 1.20 <dist/install.yaml >"$W/install.yaml"
+sed -i "s#$url#$W/install.yaml#" "$W/quick-start.sh"
+if [ -z "${LOKI_IMAGE_ARCHIVE:-}" ]; then
+  sed -i '/wait lokistack/d' "$W/quick-start.sh"
+  say "without a Loki image the quick-start's last command (wait for Ready) is left out"
+fi
+# What 1.21+ does by itself, once the quick-start creates the namespace: the label
+# kubernetes.io/metadata.name, by which the webhooks select namespaces (1.20 sets none;
+# LABEL_NAMESPACE=0 leaves it out, and the API server then never calls them). With a
+# Loki image, the Service `minio` the quick-start's Secret names, in front of the test's
+# S3 server.
+namespace_created() {
+  [ "${LABEL_NAMESPACE:-1}" = 1 ] &&
+    hk label namespace "$STACK_NS" "kubernetes.io/metadata.name=$STACK_NS" >/dev/null
+  [ -z "${LOKI_IMAGE_ARCHIVE:-}" ] || loki_s3_service
+}
+t_op=$(now)
+t_stack=$t_op
+say "running docs/install.md's quick-start ($(grep -c '^kubectl' "$W/quick-start.sh") commands)"
+(
+  set -euo pipefail
+  export KUBECONFIG="$W/cp/host.kubeconfig"
+  kubectl() {
+    "$HOST_KUBECTL" "$@"
+    if [ "$*" = "create namespace $STACK_NS" ]; then namespace_created; fi
+  }
+  # shellcheck disable=SC1090 # the block of docs/install.md
+  source "$W/quick-start.sh"
+) >"$W/logs/quick-start.log" 2>&1 || { cat "$W/logs/quick-start.log" >&2; fail "the quick-start failed"; }
+sed 's/^/    /' "$W/logs/quick-start.log" >&2
+assert "the quick-start ran: LokiStack $STACK_NS/$STACK exists" hk -n "$STACK_NS" get lokistack "$STACK"
+
+dep() { jp -n "$OP_NS" get deployment loki-zone-operator -o jsonpath="$1"; }
+assert "Deployment: 2 replicas" [ "$(dep '{.spec.replicas}')" = 2 ]
+assert "Deployment: image $OP_IMAGE (by digest), RELATED_IMAGE_OPERATOR the same" \
+  [ "$(dep '{.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].env[?(@.name=="RELATED_IMAGE_OPERATOR")].value}')" = "$OP_IMAGE $OP_IMAGE" ]
+pull=$(dep '{.spec.template.spec.containers[0].imagePullPolicy}')
+assert "Deployment: imagePullPolicy IfNotPresent (the server's default for a digest): $pull" [ "$pull" = IfNotPresent ]
+assert "Deployment: the shipped security context (read-only root filesystem, non-root, no capabilities)" \
+  [ "$(dep '{.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem} {.spec.template.spec.containers[0].securityContext.runAsNonRoot} {.spec.template.spec.containers[0].securityContext.capabilities.drop[0]}')" = "true true ALL" ]
+
+# ---------------------------------------------------------------- 6. operator Ready
+ready_pods() {
+  kubectl -n "$OP_NS" get pods -l app.kubernetes.io/name=loki-zone-operator \
+    -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null |
+    grep -c '=True' || true
+}
+holder() { jp -n "$OP_NS" get lease loki-zone-operator -o jsonpath='{.spec.holderIdentity}'; }
+mwc() { jp get mutatingwebhookconfiguration loki-zone-operator-zone-at-bind -o jsonpath="$1"; }
+covered() { mwc '{.webhooks[0].namespaceSelector.matchExpressions[*].values[*]}' | grep -qw -- "$STACK_NS"; }
+deadline=$(($(date +%s) + TIMEOUT))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+  [ "$(ready_pods)" = 2 ] && [ -n "$(holder)" ] && covered && break
+  sleep 1
+done
+TIME[operator]=$(secs "$t_op")
+kubectl -n "$OP_NS" get pods -o wide >&2 || true
+OP_PODS=($(jp -n "$OP_NS" get pods -l app.kubernetes.io/name=loki-zone-operator -o jsonpath='{.items[*].metadata.name}'))
+assert "both operator pods Ready ($(ready_pods) of 2)" [ "$(ready_pods)" = 2 ]
+if [ "$(ready_pods)" != 2 ]; then
+  for p in "${OP_PODS[@]}"; do
+    kubectl -n "$OP_NS" describe pod "$p" | sed -n '/^Events:/,$p' | tail -n 10 >&2 || true
+    kubectl -n "$OP_NS" logs "$p" --tail=30 >&2 || true
+  done
+  die "the operator did not become Ready within ${TIMEOUT}s: stopping here"
+fi
+LEADER=$(holder)
+assert "one replica holds the Lease loki-zone-operator: $LEADER" \
+  bash -c "printf '%s\n' ${OP_PODS[*]} | grep -Fx '$LEADER'"
+assert "MutatingWebhookConfiguration loki-zone-operator-zone-at-bind covers namespace $STACK_NS" covered
+say "operator Ready (2 replicas, leader $LEADER, webhook configuration registered): ${TIME[operator]} s after the install began"
+# Pulled, not imported: every operator container runs the index the release pins (the
+# kubelet reports the digest it pulled by), and the registry served it to the nodes.
+ids=$(jp -n "$OP_NS" get pods -l app.kubernetes.io/name=loki-zone-operator -o jsonpath='{range .items[*]}{.status.containerStatuses[0].imageID}{"\n"}{end}')
+assert "both operator containers run $INDEX_DIGEST, the index digest (imageIDs: $(echo $ids))" \
+  [ "$(grep -c "@$INDEX_DIGEST\$" <<<"$ids")" = 2 ]
+served=$(grep -c "GET /v2/$REPO_PATH/manifests/$INDEX_DIGEST" "$W/logs/registry.log" || true)
+assert "the registry served the index by digest to the nodes ($served GET /v2/$REPO_PATH/manifests/$INDEX_DIGEST)" [ "$served" -ge 1 ]
+wh_ip=$(jp -n "$OP_NS" get service loki-zone-operator-webhook -o jsonpath='{.spec.clusterIP}')
+[ -n "$wh_ip" ] || die "the webhook Service loki-zone-operator-webhook has no ClusterIP"
+if [ "$CLUSTER_DNS" = 1 ]; then
+  name=loki-zone-operator-webhook.$OP_NS.svc.cluster.local
+  got=""
+  for _ in $(seq 10); do
+    got=$(in_ns python3 hack/real-node/cluster-dns.py resolve "$APISERVER_IP" "$name" 2>&1) && [ "$got" = "$wh_ip" ] && break
+    sleep 0.5
+  done
+  assert "the cluster DNS pods are given ($APISERVER_IP) resolves $name to its ClusterIP $wh_ip: $got" [ "$got" = "$wh_ip" ]
+  got=$(in_ns python3 hack/real-node/cluster-dns.py resolve "$APISERVER_IP" example.com 2>&1 || true)
+  assert "... and answers NXDOMAIN outside the cluster (nothing forwarded): example.com: $got" [ "$got" = NXDOMAIN ]
+fi
+# The release's namespaced install is accepted as it is (server-side dry run, 1.20's
+# adaptation as above) in the namespace it watches.
+bash hack/deploy.sh for-server 1.20 <dist/install-namespaced.yaml >"$W/install-namespaced.yaml"
+assert "dist/install-namespaced.yaml applies (server-side dry run; it watches namespace loki)" \
+  hk apply --server-side --force-conflicts --dry-run=server -f "$W/install-namespaced.yaml"
+
+# The quick-start created the stack while the operator was starting: pods bound before
+# the API server saw the zone-at-bind configuration were zoned by the annotator a moment
+# later. Now that it covers the namespace (and after a pause for the API server's
+# informer), every zone-aware pod is recreated, and each of those must be zoned in its
+# binding.
+sleep 3
+t_recreate=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+# The API server's log from here on: the install itself may see failed (ignored) calls
+# of the zone-at-bind webhook, made before the Service had a ready endpoint.
+log_from=$(($(wc -l <"$W/logs/kube-apiserver.log") + 1))
 sleep 1
-t_stack=$(now)
-kubectl apply -f "$W/stack.yaml" >/dev/null
-say "LokiStack $STACK_NS/$STACK created (1x.demo, 3 ingesters, factor $factor, zones by $ZONE_LABEL)"
+kubectl -n "$STACK_NS" delete pods -l loki.grafana.com/zone-aware=enabled --wait=false >/dev/null
+say "every zone-aware pod of $STACK_NS deleted at $t_recreate, to be recreated under the webhook"
 
 # ---------------------------------------------------------------- 7. assertions
 # Children: what the operator's own renderer gives for this stack, these nodes and this
 # Secret, by kind and name.
+hk -n "$STACK_NS" get lokistack "$STACK" -o yaml >"$W/stack.yaml"
 kubectl get nodes -o yaml >"$W/nodes.yaml"
 kubectl -n "$STACK_NS" get secret loki-s3 -o yaml >"$W/secret.yaml"
 "$OP_BIN" render -f "$W/stack.yaml" --nodes "$W/nodes.yaml" --secret "$W/secret.yaml" \
@@ -287,15 +348,21 @@ children_missing() {
   done
   echo "${missing[*]}"
 }
-zpods() { # NAME NODE ZONE-ANNOTATION INIT-EXIT per zone-aware pod
+zpods() { # NAME NODE ZONE-ANNOTATION INIT-EXIT UID INIT-IMAGE per zone-aware pod created
+           # since the recreation (and not being deleted)
   kubectl -n "$STACK_NS" get pods -l loki.grafana.com/zone-aware=enabled -o json 2>/dev/null | python3 -c '
 import json, sys
+since = sys.argv[1]
 for p in json.load(sys.stdin)["items"]:
+    m = p["metadata"]
+    if m.get("deletionTimestamp") or m["creationTimestamp"] < since:
+        continue
     init = [s for s in p["status"].get("initContainerStatuses", []) if s["name"] == "az-annotation-check"]
     t = init[0]["state"].get("terminated") if init else None
-    print(p["metadata"]["name"], p["spec"].get("nodeName") or "-",
-          p["metadata"].get("annotations", {}).get("loki.grafana.com/availability-zone") or "-",
-          "-" if t is None else t["exitCode"])'
+    image = [c["image"] for c in p["spec"].get("initContainers", []) if c["name"] == "az-annotation-check"]
+    print(m["name"], p["spec"].get("nodeName") or "-",
+          m.get("annotations", {}).get("loki.grafana.com/availability-zone") or "-",
+          "-" if t is None else t["exitCode"], m["uid"], image[0] if image else "-")' "$t_recreate"
 }
 deadline=$(($(date +%s) + TIMEOUT))
 while [ "$(date +%s)" -lt "$deadline" ]; do
@@ -319,7 +386,7 @@ declare -A NODE_ZONE
 for n in "${names[@]}"; do
   NODE_ZONE[$n]=$(jp get node "$n" -o jsonpath="{.metadata.labels.topology\.kubernetes\.io/zone}")
 done
-# The first version of each pod with spec.nodeName, from the watch.
+# The first version of each pod (by uid) with spec.nodeName, from the watch.
 python3 - "$W/pods.watch.json" >"$W/first-bound.txt" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
@@ -334,21 +401,23 @@ while i < len(text):
     except ValueError:
         break
     for p in obj.get("items", [obj]) if obj.get("kind") == "List" else [obj]:
-        name = p["metadata"]["name"]
-        if name in seen or not p.get("spec", {}).get("nodeName"):
+        uid = p["metadata"]["uid"]
+        if uid in seen or not p.get("spec", {}).get("nodeName"):
             continue
-        seen[name] = (p["spec"]["nodeName"], p["metadata"].get("annotations", {}).get(
+        seen[uid] = (p["metadata"].get("annotations", {}).get(
             "loki.grafana.com/availability-zone") or "-", p["metadata"]["resourceVersion"])
-for name, (node, zone, rv) in sorted(seen.items()):
-    print(name, node, zone, rv)
+for uid, (zone, rv) in sorted(seen.items()):
+    print(uid, zone, rv)
 PY
-while read -r pod node zone init; do
+while read -r pod node zone init uid init_image; do
   [ -n "$pod" ] || continue
   want=${NODE_ZONE[$node]:-?}
   assert "$pod on $node: annotation $ZONE_ANNOTATION=$zone equals the node's $ZONE_LABEL=$want" [ "$zone" = "$want" ]
-  first=$(awk -v p="$pod" '$1 == p {print $3 " (resourceVersion " $4 ")"}' "$W/first-bound.txt")
+  first=$(awk -v u="$uid" '$1 == u {print $2 " (resourceVersion " $3 ")"}' "$W/first-bound.txt")
   assert "$pod: zone set in the binding (the first version with spec.nodeName already has it: ${first:-not seen in the watch})" \
     [ "${first%% *}" = "$want" ]
+  assert "$pod: init container az-annotation-check runs the operator's image by digest ($init_image)" \
+    [ "$init_image" = "$OP_IMAGE" ]
   assert "$pod: init container az-annotation-check (the operator image's wait-for-zone) exited ${init}" [ "$init" = 0 ]
   logs=$(kubectl -n "$STACK_NS" logs "$pod" -c az-annotation-check 2>&1 | tail -n 3 | tr '\n' ' ')
   assert "$pod: its log names the zone $want (read by the kubelet from the downward-API volume): $logs" \
@@ -394,8 +463,114 @@ else
   assert "the API server dialled the webhook Service's ClusterIP $wh_ip:443 (${via_svc:-?} connections; kube-proxy's DNAT took them to a pod), never a pod IP directly (${via_pod:-?})" \
     some_and_none "$via_svc" "$via_pod"
 fi
-assert "the API server logged no failed webhook call" \
-  bash -c "! grep -E 'failed calling webhook|Failed calling webhook' '$W/logs/kube-apiserver.log'"
+no_failed_calls() { ! tail -n "+$1" "$W/logs/kube-apiserver.log" | grep -E 'failed calling webhook|Failed calling webhook'; }
+assert "the API server logged no failed webhook call since the pods were recreated" no_failed_calls "$log_from"
+
+# ---------------------------------------------------------------- 8. uninstall, a prefixed install, a drain
+# docs/install.md's uninstall: everything of the operator but the CRDs. The stack stays,
+# and its pods run on.
+stack_uids() {
+  kubectl -n "$STACK_NS" get pods -l "app.kubernetes.io/instance=$STACK" \
+    -o jsonpath='{range .items[*]}{.metadata.uid}{"\n"}{end}' 2>/dev/null | sort
+}
+until_true() { # until_true SECONDS COMMAND...: whether COMMAND succeeds within SECONDS
+  local end=$(($(date +%s) + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$end" ] || return 1
+    sleep 1
+  done
+}
+gone() { ! kubectl get "$@" >/dev/null 2>&1; }
+uids_before=$(stack_uids)
+t=$(now)
+hk delete -l app.kubernetes.io/name=loki-zone-operator -f "$W/install.yaml" >"$W/logs/uninstall.log" 2>&1 ||
+  { cat "$W/logs/uninstall.log" >&2; fail "kubectl delete -l app.kubernetes.io/name=loki-zone-operator -f install.yaml failed"; }
+assert "uninstall: namespace $OP_NS is gone" until_true "$TIMEOUT" gone namespace "$OP_NS"
+webhooks_gone() {
+  gone mutatingwebhookconfiguration loki-zone-operator-zone-at-bind &&
+    gone validatingwebhookconfiguration loki-zone-operator-zone-disruptions
+}
+assert "uninstall: both webhook configurations went with their owner, the ClusterRole" until_true 60 webhooks_gone
+TIME[uninstall]=$(secs "$t")
+assert "uninstall: the four CRDs stay" kubectl get crd lokistacks.loki.grafana.com alertingrules.loki.grafana.com \
+  recordingrules.loki.grafana.com rulerconfigs.loki.grafana.com
+assert "uninstall: LokiStack $STACK_NS/$STACK stays, and every pod of it runs on ($(grep -c . <<<"$uids_before") pods, none recreated)" \
+  [ "$(stack_uids)" = "$uids_before" ]
+
+# `make deploy` of an overlay with a namePrefix and another namespace, the release's
+# image, and no Rust toolchain on PATH: the operator must register its webhooks behind
+# the renamed Service (the eviction webhook fails closed from 1.28).
+ACME_NS=lzo-acme
+mkdir -p "$W/overlay"
+cat >"$W/overlay/kustomization.yaml" <<YAML
+namePrefix: acme-
+namespace: $ACME_NS
+resources:
+- $(realpath --relative-to="$W/overlay" "$repo/manifests/operator")
+YAML
+nocargo=$(tr ':' '\n' <<<"$PATH" | while read -r d; do
+  [ -e "$d/cargo" ] || [ -e "$d/rustc" ] || [ -e "$d/rustup" ] || printf '%s:' "$d"; done)
+nocargo=${nocargo%:}
+assert "PATH without cargo, rustc or rustup for make deploy: $(PATH=$nocargo command -v cargo rustc rustup || echo none found)" \
+  bash -c "PATH='$nocargo'; ! command -v cargo && ! command -v rustc && ! command -v rustup"
+t=$(now)
+env PATH="$nocargo" KUBECONFIG="$W/cp/host.kubeconfig" \
+  make --no-print-directory -C "$repo" deploy OVERLAY="$W/overlay" IMG="$OP_IMAGE" >"$W/logs/make-deploy.log" 2>&1 ||
+  { cat "$W/logs/make-deploy.log" >&2; die "make deploy OVERLAY=... (no cargo on PATH) failed"; }
+OP_NS=$ACME_NS
+acme_ready() { [ "$(ready_pods)" = 2 ] && [ -n "$(holder)" ] && covered &&
+  [ "$(mwc '{.webhooks[0].clientConfig.service.name}')" = acme-loki-zone-operator-webhook ]; }
+assert "make deploy OVERLAY (namePrefix acme-, namespace $ACME_NS), no cargo on PATH: 2 replicas Ready, a leader, the webhooks registered" \
+  until_true "$TIMEOUT" acme_ready
+TIME[prefixed]=$(secs "$t")
+OP_PODS=($(jp -n "$OP_NS" get pods -l app.kubernetes.io/name=loki-zone-operator -o jsonpath='{.items[*].metadata.name}'))
+for cfg in mutatingwebhookconfiguration/loki-zone-operator-zone-at-bind validatingwebhookconfiguration/loki-zone-operator-zone-disruptions; do
+  target=$(jp get "$cfg" -o jsonpath='{.webhooks[0].clientConfig.service.namespace}/{.webhooks[0].clientConfig.service.name}')
+  assert "${cfg#*/} calls the renamed Service: $target" [ "$target" = "$ACME_NS/acme-loki-zone-operator-webhook" ]
+  owner=$(jp get "$cfg" -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}')
+  assert "${cfg#*/} is owned by the renamed ClusterRole: $owner" [ "$owner" = ClusterRole/acme-loki-zone-operator-webhook-configuration ]
+done
+sleep 5
+now_uids=$(stack_uids)
+assert "the prefixed install renders what the first did: no pod of the stack recreated" [ "$now_uids" = "$uids_before" ]
+
+# A drain of an ingester's node: kubectl evicts it, the API server asks the eviction
+# webhook behind the prefixed Service, which allows one zone's ingesters.
+# Evictions the leader decided to allow, summed over the replicas: `allowed`, or
+# `already_down` for an ingester that was not Ready anyway (without a Loki image none is).
+evictions() {
+  local p ip sum=0 n
+  for p in "${OP_PODS[@]}"; do
+    ip=$(jp -n "$OP_NS" get pod "$p" -o jsonpath='{.status.podIP}')
+    n=$(in_ns curl -sf --max-time 5 "http://$ip:8080/metrics" |
+      awk '/^loki_zone_operator_webhook_evictions_total\{.*result="(allowed|already_down)"/ {s += $NF} END {print s + 0}')
+    sum=$(echo "$sum + ${n:-0}" | bc)
+  done
+  echo "$sum"
+}
+ingester=$STACK-ingester-0
+drained=$(jp -n "$STACK_NS" get pod "$ingester" -o jsonpath='{.spec.nodeName}')
+allowed_before=$(evictions)
+svc_before=$(out_count lzo-e2e-webhook-clusterip)
+drain_log_from=$(($(wc -l <"$W/logs/kube-apiserver.log") + 1))
+t=$(now)
+hk drain "$drained" --ignore-daemonsets --delete-emptydir-data --timeout=120s \
+  --pod-selector=app.kubernetes.io/component=ingester >"$W/logs/drain.log" 2>&1 ||
+  { cat "$W/logs/drain.log" >&2; fail "kubectl drain $drained failed"; }
+TIME[drain]=$(secs "$t")
+allowed_after=$(evictions)
+assert "kubectl drain $drained evicted $ingester in ${TIME[drain]} s" grep -q "evicted" "$W/logs/drain.log"
+assert "the eviction webhook behind acme-loki-zone-operator-webhook decided it, on the leader (evictions allowed: $allowed_before -> $allowed_after)" \
+  [ "$(echo "$allowed_after > $allowed_before" | bc)" = 1 ]
+assert "... through the Service's ClusterIP (API server connections: $svc_before -> $(out_count lzo-e2e-webhook-clusterip))" \
+  [ "$(out_count lzo-e2e-webhook-clusterip)" -gt "${svc_before:-0}" ]
+assert "the API server logged no failed webhook call during the drain" no_failed_calls "$drain_log_from"
+kubectl uncordon "$drained" >/dev/null
+back() {
+  kubectl -n "$STACK_NS" get pod "$ingester" -o jsonpath='{.metadata.deletionTimestamp}{" "}{.status.initContainerStatuses[0].state.terminated.exitCode}' 2>/dev/null | grep -qx ' 0'
+}
+assert "$ingester is back on $drained after the uncordon (its zone init container exited 0)" until_true "$TIMEOUT" back
 
 # The Loki containers themselves.
 waiting=$(kubectl -n "$STACK_NS" get pods -l loki.grafana.com/zone-aware=enabled \
@@ -415,7 +590,7 @@ EOF
 else
   loki_image=$(jp -n "$STACK_NS" get deployment "$STACK-distributor" -o jsonpath='{.spec.template.spec.containers[0].image}')
   for n in "${names[@]}"; do
-    assert "$n has the Loki image the operator sets ($loki_image) from LOKI_IMAGE_ARCHIVE" \
+    assert "$n pulled the Loki image the operator sets ($loki_image) from the registry" \
       in_node "$n" sh -c "ctr --address /run/containerd/containerd.sock -n k8s.io images ls -q | grep -Fx '$loki_image'"
   done
   loki_scenario
@@ -423,7 +598,7 @@ fi
 
 # ---------------------------------------------------------------- 9. figures
 ticks() { local s=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $s; }
-rss() { local s=0 p; for p in "$@"; do [ -r "/proc/$p/status" ] && s=$((s + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status"))); done; echo $((s / 1024)); }
+rss() { local s=0 p v; for p in "$@"; do v=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null); s=$((s + ${v:-0})); done; echo $((s / 1024)); }
 hz=$(getconf CLK_TCK)
 cpu_s() { awk -v t="$(ticks "$@")" -v hz="$hz" 'BEGIN {printf "%.1f", t / hz}'; }
 node_pids=(); shim_pids=(); op_pids=()
@@ -447,10 +622,14 @@ TIME[total]=$(secs "$T_ALL")
 {
   echo
   echo "timings (wall):"
-  printf '  %-44s %8s s  (CPU of the build: %s s)\n' "build (make image, control plane, kubelet)" "${TIME[build]}" "${CPU[build]}"
-  printf '  %-44s %8s s\n' "cluster up ($NODES real nodes Ready, images in)" "${TIME[cluster]}"
-  printf '  %-44s %8s s\n' "operator Ready (install -> 2 Ready, lease)" "${TIME[operator]}"
-  printf '  %-44s %8s s\n' "stack pods zoned (create -> every init exited)" "${TIME[stack]}"
+  printf '  %-44s %8s s  (CPU of the build: %s s)\n' "build (release unless USE_DIST, control plane, kubelet)" "${TIME[build]}" "${CPU[build]}"
+  printf '  %-44s %8s s\n' "cluster up ($NODES real nodes Ready, registry)" "${TIME[cluster]}"
+  printf '  %-44s %8s s\n' "publish (push both images, pull back, compare)" "${TIME[publish]:-?}"
+  printf '  %-44s %8s s\n' "operator Ready (quick-start -> 2 Ready, lease)" "${TIME[operator]}"
+  printf '  %-44s %8s s\n' "stack pods zoned (quick-start -> every init exited after the recreation)" "${TIME[stack]}"
+  printf '  %-44s %8s s\n' "uninstall (delete -l ... -f install.yaml)" "${TIME[uninstall]:-?}"
+  printf '  %-44s %8s s\n' "prefixed make deploy -> 2 Ready, webhooks" "${TIME[prefixed]:-?}"
+  printf '  %-44s %8s s\n' "drain of an ingester's node (kubectl drain)" "${TIME[drain]:-?}"
   printf '  %-44s %8s s\n' "total until the checks ended" "${TIME[total]}"
   echo "CPU (seconds since start) and RSS now, per part:"
   printf '  %-44s %8s s %6s MiB\n' "control plane (${#CP_PIDS[@]} processes)" "$(cpu_s "${CP_PIDS[@]}")" "$(rss "${CP_PIDS[@]}")"

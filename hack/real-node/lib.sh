@@ -284,6 +284,34 @@ if [ "$KUBE_PROXY" = 1 ]; then
     --metrics-bind-address=127.0.0.1:10249 --healthz-bind-address=127.0.0.1:10256 --v=1
 fi
 
+# A registry (REGISTRY=1): Debian's docker-registry (the CNCF distribution) on the bridge
+# address, port 5000, plain HTTP, storing under the work dir. Every node's containerd
+# takes it as the mirror of ghcr.io and docker.io (hosts.toml, below), as an air-gapped
+# cluster takes its mirror: images named ghcr.io/... or docker.io/... by digest are
+# pulled from it, and nothing reaches the real registries (the namespace has no route
+# out). Push with skopeo inside the namespace: $REGISTRY_ADDR/<repository>.
+REGISTRY_ADDR="$APISERVER_IP:5000"
+if [ "${REGISTRY:-0}" = 1 ]; then
+  command -v docker-registry >/dev/null || die "REGISTRY=1 needs docker-registry (apt-get install docker-registry)"
+  mkdir -p "$W/registry/data"
+  cat >"$W/registry/config.yml" <<YAML
+version: 0.1
+log: {level: info, accesslog: {disabled: false}}
+storage:
+  filesystem: {rootdirectory: $W/registry/data}
+http:
+  addr: $REGISTRY_ADDR
+YAML
+  start_cp registry docker-registry serve "$W/registry/config.yml"
+  for _ in $(seq 100); do
+    nsenter --net="/run/netns/$NS" curl -sf -o /dev/null "http://$REGISTRY_ADDR/v2/" && break
+    sleep 0.2
+  done
+  nsenter --net="/run/netns/$NS" curl -sf -o /dev/null "http://$REGISTRY_ADDR/v2/" ||
+    die "the registry did not start on $REGISTRY_ADDR; see $W/logs/registry.log"
+  log "registry on $REGISTRY_ADDR (the nodes' mirror of ghcr.io and docker.io)"
+fi
+
 # A cluster DNS (CLUSTER_DNS=1): hack/real-node/cluster-dns.py on the bridge address,
 # answering Service names from the API server, as CoreDNS would; the kubelets give it to
 # pods as clusterDNS. Loki's configuration names Services; the operator needs none.
@@ -349,8 +377,22 @@ start_node() { # start_node INDEX
   # /16, leases in the node's private /var/lib/cni.
   sed -e "s/@RANGE_START@/10.88.$((i + 1)).2/" -e "s/@RANGE_END@/10.88.$((i + 1)).254/" \
     "$here/cni.conflist.in" >"$d/cni/10-lzo-pods.conflist"
+  # Registry hosts (containerd's hosts.toml): with REGISTRY=1, the test's registry as the
+  # only host of ghcr.io and docker.io; without, none (images are imported).
+  mkdir -p "$d/certs.d"
+  if [ "${REGISTRY:-0}" = 1 ]; then
+    local upstream
+    for upstream in ghcr.io docker.io; do
+      mkdir -p "$d/certs.d/$upstream"
+      cat >"$d/certs.d/$upstream/hosts.toml" <<TOML
+server = "http://$REGISTRY_ADDR"
+[host."http://$REGISTRY_ADDR"]
+  capabilities = ["pull", "resolve"]
+TOML
+    done
+  fi
   sed -e "s#@CNI_CONF_DIR@#$d/cni#" -e "s/@RESTRICT_OOM@/$RESTRICT_OOM/" \
-    -e "s/@LOG_LEVEL@/${CONTAINERD_LOG_LEVEL:-info}/" \
+    -e "s/@LOG_LEVEL@/${CONTAINERD_LOG_LEVEL:-info}/" -e "s#@REGISTRY_CONFIG_DIR@#$d/certs.d#" \
     "$here/containerd.toml.in" >"$d/containerd.toml"
   setsid nsenter -t "${HOLDER[$n]}" -m -n containerd --config "$d/containerd.toml" \
     </dev/null >"$W/logs/containerd-$n.log" 2>&1 &

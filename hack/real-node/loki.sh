@@ -1,7 +1,8 @@
 # Sourced by e2e.sh when LOKI_IMAGE_ARCHIVE is set: real Loki on the real nodes.
 #
-#   loki_prepare   before the LokiStack: an S3 server for the stack's bucket, reachable
-#                  from pods as Service minio (the e2e Secret's endpoint http://minio:9000)
+#   loki_s3_start  before the LokiStack: an S3 server for the stack's bucket
+#   loki_s3_service  once the stack's namespace exists: Service minio in front of it
+#                  (the quick-start Secret's endpoint, http://minio:9000)
 #   loki_scenario  after the zone checks: every Loki pod Ready, each one's zone in its
 #                  own effective config and in the ring, lines pushed, one zone stopped
 #                  (kubelet, containerd, every container; its addresses dropped), lines
@@ -22,9 +23,9 @@ LOKI_TENANT=e2e
 LOKI_STREAMS=${LOKI_STREAMS:-20}
 LOKI_LINES=${LOKI_LINES:-25}
 
-in_ns() { nsenter --net="/run/netns/$NS" "$@"; }
 
-loki_prepare() {
+# The S3 server, before anything else runs (start_cp records it for the teardown).
+loki_s3_start() {
   if ! command -v moto_server >/dev/null 2>&1; then
     say "installing moto[server] with pip (the S3 server of the real-Loki part)"
     pip install -q 'moto[server]' >&2 || die "pip install moto[server] failed"
@@ -36,9 +37,14 @@ loki_prepare() {
   done
   in_ns curl -sf -X PUT -o /dev/null "http://$APISERVER_IP:$LOKI_S3_PORT/loki" ||
     die "could not create bucket loki on the S3 server (see $W/logs/s3.log)"
-  # The Secret's endpoint is http://minio:9000: a Service without a selector whose
-  # Endpoints are the S3 server, as for a store outside the cluster.
-  kubectl apply -f - >/dev/null <<YAML
+  say "S3 server (moto) on $APISERVER_IP:$LOKI_S3_PORT, bucket loki"
+}
+
+# The Secret's endpoint is http://minio:9000: a Service without a selector whose
+# Endpoints are the S3 server, as for a store outside the cluster, in the stack's
+# namespace once it exists. Uses the host's kubectl (hk): it may run in a subshell.
+loki_s3_service() {
+  hk apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Service
 metadata: {name: minio, namespace: $STACK_NS}
@@ -52,7 +58,6 @@ subsets:
 - addresses: [{ip: $APISERVER_IP}]
   ports: [{name: s3, port: $LOKI_S3_PORT, protocol: TCP}]
 YAML
-  say "S3 server (moto) on $APISERVER_IP:$LOKI_S3_PORT, bucket loki, Service $STACK_NS/minio in front of it"
 }
 
 # NAME NODE ZONE READY per Loki pod of the stack (all components).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Can this machine run the real-node end-to-end check (hack/real-node/e2e.sh)? Installs
-# what it lacks (apt: containerd, runc, the CNI plugins and the tools lib.sh uses, and
-# musl-tools; rustup: the x86_64-unknown-linux-musl target of `make image`), then checks
-# what cannot be installed: root, cgroup v1, network namespaces with a bridge, kubectl
-# with kustomize.
+# what it lacks (apt: containerd, runc, the CNI plugins and the tools lib.sh uses,
+# skopeo, docker-registry, qemu-user-static), then checks what cannot be installed: root,
+# cgroup v1, network namespaces with a bridge, kubectl with kustomize. The release it
+# installs from is built by hack/release-check.sh (make test runs it just before).
 #
 #   hack/real-node/preflight.sh    exit 0: it can run; exit 1: why not, one line on stdout
 #
@@ -16,15 +16,17 @@ log() { printf '[real-node preflight] %s\n' "$*" >&2; }
 no() { echo "$*"; log "cannot run: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || no "not root (it needs network and mount namespaces and cgroups; run as root or with sudo)"
-[ "$(uname -m)" = x86_64 ] || no "not x86_64 ($(uname -m)): the image is built for x86_64-unknown-linux-musl"
+[ "$(uname -m)" = x86_64 ] || no "not x86_64 ($(uname -m)): lib.sh's pause and demo images are built for it"
 # cgroup v1 with the cgroupfs driver is what lib.sh drives (no systemd, no cgroup2-only).
 grep -qE '^[^ ]+ /sys/fs/cgroup/memory cgroup ' /proc/self/mounts ||
   no "no cgroup v1 memory hierarchy at /sys/fs/cgroup/memory (cgroup v2-only or systemd hosts are not handled by hack/real-node/lib.sh)"
 
-# Packages: command -> Debian package.
+# Packages: command -> Debian package. skopeo and docker-registry: the release is pushed
+# to a registry the nodes pull from; qemu-user-static: the arm64 binary is run.
 need=(containerd:containerd runc:runc etcd:etcd-server ip:iproute2 iptables:iptables
   gcc:gcc openssl:openssl nsenter:util-linux unshare:util-linux ping:iputils-ping bc:bc
-  curl:curl socat:socat musl-gcc:musl-tools)
+  curl:curl socat:socat skopeo:skopeo docker-registry:docker-registry
+  qemu-aarch64-static:qemu-user-static)
 missing=()
 for c in "${need[@]}"; do command -v "${c%%:*}" >/dev/null 2>&1 || missing+=("${c#*:}"); done
 [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] ||
@@ -40,19 +42,6 @@ if [ ${#missing[@]} -gt 0 ]; then
     no "apt-get install ${missing[*]} failed: $(tail -n 2 <<<"$out" | tr '\n' ' ')"
 fi
 
-# The musl target of `make image` (hack/build-image.sh would add it too; here, so that a
-# registry out of reach reads as "did not run", not as a failed check).
-TARGET=x86_64-unknown-linux-musl
-if command -v rustup >/dev/null 2>&1; then
-  if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
-    log "adding the rust target $TARGET"
-    out=$(rustup target add "$TARGET" 2>&1) || no "rustup target add $TARGET failed: $(tail -n 2 <<<"$out" | tr '\n' ' ')"
-  fi
-else
-  sysroot=$(rustc --print sysroot 2>/dev/null) || no "no rustc"
-  [ -d "$sysroot/lib/rustlib/$TARGET" ] || no "no rustup, and the toolchain lacks the $TARGET target"
-fi
-
 # A network namespace with a bridge, as lib.sh makes; gone when unshare exits.
 out=$(unshare --net sh -c 'ip link add lzo-pf0 type bridge && ip link set lzo-pf0 up && ip link del lzo-pf0' 2>&1) ||
   no "cannot create a network namespace with a bridge: $(tr '\n' ' ' <<<"$out")"
@@ -63,5 +52,5 @@ command -v kubectl >/dev/null 2>&1 || no "no kubectl (with kustomize) on PATH, w
 kubectl kustomize --help >/dev/null 2>&1 || no "kubectl has no kustomize subcommand"
 python3 -c 'import yaml' 2>/dev/null || no "python3 has no yaml module (python3-yaml)"
 
-log "ok: root, cgroup v1, network namespaces, containerd $(containerd --version 2>/dev/null | awk '{print $3}'), runc $(runc --version 2>/dev/null | awk 'NR==1 {print $3}'), $TARGET"
+log "ok: root, cgroup v1, network namespaces, containerd $(containerd --version 2>/dev/null | awk '{print $3}'), runc $(runc --version 2>/dev/null | awk 'NR==1 {print $3}'), skopeo $(skopeo --version 2>/dev/null | awk '{print $3}')"
 exit 0
