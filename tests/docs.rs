@@ -57,12 +57,20 @@ fn the_quick_start_installs_this_release_in_five_commands() {
         .expect("the quick-start marker in docs/install.md");
     let block = &install[start..];
     let block = &block[block.find("```sh\n").expect("a sh block") + 6..];
-    let block = &block[..block.find("```\n<!-- /quick-start -->").expect("the end marker")];
+    let block = &block[..block
+        .find("```\n<!-- /quick-start -->")
+        .expect("the end marker")];
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
     let url = format!("https://github.com/loki-zone-operator/loki-zone-operator/releases/download/{version}/install.yaml");
-    assert!(block.contains(&url), "the quick-start does not install {url}:\n{block}");
+    assert!(
+        block.contains(&url),
+        "the quick-start does not install {url}:\n{block}"
+    );
     let commands = block.lines().filter(|l| l.starts_with("kubectl ")).count();
-    assert_eq!(commands, 5, "the quick-start has {commands} commands:\n{block}");
+    assert_eq!(
+        commands, 5,
+        "the quick-start has {commands} commands:\n{block}"
+    );
     assert!(
         std::fs::read_to_string(root.join("README.md"))
             .expect("README")
