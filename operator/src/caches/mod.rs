@@ -2,6 +2,7 @@
 //! leadership term, read by the reconciler, the annotator and the webhooks alike. Each
 //! object is cached once per process ([`reflectors::Caches`]).
 
+pub mod coverage;
 pub mod index;
 pub mod reflectors;
 pub mod rules;

@@ -26,6 +26,7 @@ use tracing::{info, warn};
 use crate::act::apply::Applier;
 use crate::act::report::Notifier;
 use crate::annotator;
+use crate::caches::coverage::{Coverage, WebhookCoverage};
 use crate::caches::reflectors::Caches;
 use crate::caches::secrets;
 use crate::caches::stacks;
@@ -34,7 +35,7 @@ use crate::reconcile::{self, Context};
 use crate::render::{ServerCapabilities, Settings};
 use crate::telemetry::metrics::Metrics;
 use crate::webhook::eviction::Grants;
-use crate::webhook::registration::{self, Coverage, Keeper, WebhookCoverage};
+use crate::webhook::registration::{self, Keeper};
 use crate::webhook::review::LeaderView;
 use crate::webhook::{WebhookConfig, WebhookMode};
 

@@ -25,6 +25,7 @@ use tracing::{info, warn};
 use crate::act::apply::{Applier, ApplyError, ApplyReport};
 use crate::act::report::{self, Notifier};
 use crate::act::{recovery as recover_act, rollout, scale_down};
+use crate::caches::coverage::WebhookCoverage;
 use crate::caches::reflectors::Caches;
 use crate::caches::stacks;
 use crate::model::api::{LokiStack, LokiStackStatus, ManagementState, ZoneAwarenessStage};
@@ -35,7 +36,6 @@ use crate::plan::{self, plan, Plan, PlanError};
 use crate::render::{ServerCapabilities, Settings};
 use crate::status::{self, Outcome};
 use crate::telemetry::metrics::{Metrics, StackView};
-use crate::webhook::registration::WebhookCoverage;
 
 /// How soon a failed reconcile runs again.
 pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);

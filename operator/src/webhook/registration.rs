@@ -8,7 +8,6 @@
 //! `failurePolicy: Ignore`, a 2 s timeout, no side effects.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,9 +27,10 @@ use kube::{Client, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::fmt::Debug;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::caches::coverage::CoverageFeed;
 use crate::caches::stacks::is_zone_aware;
 use crate::checks::validate::zone_aware_evictions;
 use crate::model::defaults::Component;
@@ -43,80 +43,12 @@ pub const TIMEOUT_SECONDS: i32 = 2;
 /// eviction with an error (a 500, which `kubectl drain` does not retry: it stops).
 pub const DISRUPTION_TIMEOUT_SECONDS: i32 = 5;
 /// How often the leader compares the configuration with the stacks it has (a reconcile
-/// that needs its namespace covered wakes it at once, see [`Coverage`]).
+/// that needs its namespace covered wakes it at once, see
+/// [`crate::caches::coverage::Coverage`]).
 const EVERY: Duration = Duration::from_secs(2);
 /// How often the live configuration is read back, so an edit by someone else (a wrong
 /// caBundle, a webhook removed) is undone.
 const REPAIR_EVERY: Duration = Duration::from_secs(20);
-/// The longest a zone-aware stack's first apply waits for the webhook to cover its
-/// namespace; after that it goes on, and the annotator zones its pods.
-pub const COVERAGE_WAIT: Duration = Duration::from_secs(5);
-
-/// The namespaces the applied configuration covers, for the reconciler: a zone-aware
-/// stack's workloads are applied once its namespace is covered, so its pods are zoned at
-/// bind from the first one.
-#[derive(Clone)]
-pub struct Coverage {
-    covered: watch::Receiver<BTreeSet<String>>,
-    wake: Arc<Notify>,
-    failing: Arc<AtomicBool>,
-}
-
-/// The keeper's side of [`Coverage`].
-pub struct CoverageFeed {
-    covered: watch::Sender<BTreeSet<String>>,
-    wake: Arc<Notify>,
-    failing: Arc<AtomicBool>,
-}
-
-impl CoverageFeed {
-    fn applied(&self, covered: BTreeSet<String>) {
-        self.failing.store(false, Ordering::Relaxed);
-        self.covered.send_replace(covered);
-    }
-
-    fn failed(&self) {
-        self.failing.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Coverage {
-    pub fn new() -> (Coverage, CoverageFeed) {
-        let (tx, covered) = watch::channel(BTreeSet::new());
-        let (wake, failing) = (Arc::new(Notify::new()), Arc::new(AtomicBool::new(false)));
-        let feed = CoverageFeed {
-            covered: tx,
-            wake: wake.clone(),
-            failing: failing.clone(),
-        };
-        (
-            Coverage {
-                covered,
-                wake,
-                failing,
-            },
-            feed,
-        )
-    }
-
-    /// Waits until `namespace` is covered, at most [`COVERAGE_WAIT`]; false if it is not.
-    /// While the configuration cannot be applied (its RBAC missing, say) nothing waits:
-    /// the annotator zones the pods, and the keeper's warning says why.
-    pub async fn wait_for(&self, namespace: &str) -> bool {
-        if self.covered.borrow().contains(namespace) {
-            return true;
-        }
-        if self.failing.load(Ordering::Relaxed) {
-            return false;
-        }
-        self.wake.notify_one();
-        let mut rx = self.covered.clone();
-        tokio::time::timeout(COVERAGE_WAIT, rx.wait_for(|c| c.contains(namespace)))
-            .await
-            .is_ok_and(|r| r.is_ok())
-    }
-}
-
 /// Where the API server reaches the webhook.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientTarget {
@@ -431,16 +363,6 @@ fn covered_by<C: Registered>(c: &C) -> BTreeSet<String> {
         .collect()
 }
 
-/// The coverage of the webhooks the leader keeps, for the reconciler.
-#[derive(Clone, Default)]
-pub struct WebhookCoverage {
-    /// Namespaces whose pods are zoned at bind; `None` when the operator does not
-    /// register that webhook (switched off, or OLM's).
-    pub bind: Option<Coverage>,
-    /// Namespaces whose ingester evictions the zone-disruption webhook decides.
-    pub disruptions: Option<Coverage>,
-}
-
 /// What the leader needs to keep a configuration.
 pub struct Keeper {
     pub client: Client,
@@ -497,7 +419,7 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
         tokio::select! {
             _ = tokio::time::sleep(EVERY) => {}
             _ = k.ca_bundle.changed() => {}
-            _ = k.feed.wake.notified() => {}
+            _ = k.feed.woken() => {}
         }
     }
 }
@@ -758,27 +680,6 @@ mod tests {
             .client_config
             .ca_bundle = None;
         assert_ne!(owned_parts(&live), owned_parts(&want));
-    }
-
-    /// A reconcile waits for its namespace only while the configuration can be applied.
-    #[tokio::test]
-    async fn coverage_waits_only_while_the_configuration_can_be_applied() {
-        let (coverage, feed) = Coverage::new();
-        let waiting = tokio::spawn({
-            let c = coverage.clone();
-            async move { c.wait_for("logs").await }
-        });
-        tokio::task::yield_now().await;
-        feed.applied(BTreeSet::from(["logs".to_string()]));
-        assert!(waiting.await.expect("joins"), "covered while waiting");
-        assert!(coverage.wait_for("logs").await);
-        feed.failed();
-        let started = Instant::now();
-        assert!(!coverage.wait_for("team").await, "not covered");
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "no wait while failing"
-        );
     }
 
     #[test]
