@@ -35,6 +35,8 @@ const ROOMS: &[&str] = &[
     "caches",
     // A snapshot of one stack's world, read from the caches.
     "observe",
+    // What one reconcile will do (the Intent the plan decides) and what came of it.
+    "intent",
     // Pure decisions: what to apply, the zone stages, rollouts, scale-downs, recovery.
     "plan",
     // Pure: the status a stack should show.
@@ -52,6 +54,13 @@ const ROOMS: &[&str] = &[
     // The command line.
     "cli",
 ];
+
+/// Imports that are downward and still not allowed: (room, room it may not import, why).
+const SEPARATED: &[(&str, &str, &str)] = &[(
+    "act",
+    "plan",
+    "the executor carries out an Intent and decides nothing: what it needs is in intent/",
+)];
 
 /// No room (folder of `operator/src`) has more lines of code than this, its unit tests
 /// (`#[cfg(test)]` items and the test-only files they declare) not counted.
@@ -573,6 +582,19 @@ fn violations(krate: &Crate, src: &Path) -> Vec<String> {
             }
         }
     }
+    for (from, to) in &krate.edges {
+        if let (Some(a), Some(b)) = (room(from), room(to)) {
+            for (room_from, room_to, why) in SEPARATED {
+                if ROOMS[a] == *room_from && ROOMS[b] == *room_to {
+                    wrong.push(format!(
+                        "{} (room {room_from}) imports {} (room {room_to}): {why}",
+                        show(from),
+                        show(to)
+                    ));
+                }
+            }
+        }
+    }
     for cycle in cycles(&krate.edges) {
         let names: Vec<String> = cycle.iter().map(|p| show(p)).collect();
         wrong.push(format!("import cycle among: {}", names.join(", ")));
@@ -653,6 +675,35 @@ fn only_the_caches_open_watches_and_they_start_once() {
     );
 }
 
+/// One Event publisher, and every reason typed: only `act/report.rs` builds a Kubernetes
+/// Event (`Notifier`), whose reason is an `EventReason` (a condition's `Reason` or a
+/// `Happening`), so no reason can be a string literal spelled at a call site.
+#[test]
+fn events_are_published_in_one_place_with_typed_reasons() {
+    let src = repo_root().join("operator/src");
+    let krate = read_crate(&src);
+    let mut publishers = Vec::new();
+    for m in &krate.modules {
+        let code: String = m.code.split_whitespace().collect::<Vec<_>>().join(" ");
+        if code.contains("KubeEvent {")
+            || code.contains("events::Event {")
+            || code.contains(".publish(&")
+        {
+            publishers.push(show(&m.path));
+        }
+    }
+    assert_eq!(
+        publishers,
+        ["act::report"],
+        "Events built outside the Notifier"
+    );
+    let notifier = std::fs::read_to_string(src.join("act/report.rs")).expect("report.rs");
+    assert!(
+        notifier.contains("reason: impl Into<EventReason>"),
+        "Notifier's reasons must be typed"
+    );
+}
+
 /// The checker itself: each kind of mistake is caught.
 #[test]
 fn the_checker_catches_upward_imports_cycles_and_strays() {
@@ -663,7 +714,12 @@ fn the_checker_catches_upward_imports_cycles_and_strays() {
         std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
         std::fs::write(p, text).expect("write");
     };
-    write("lib.rs", "pub mod model;\npub mod plan;\npub mod stray;\n");
+    write(
+        "lib.rs",
+        "pub mod model;\npub mod plan;\npub mod act;\npub mod stray;\n",
+    );
+    // Downward, but the executor may not reach the decider.
+    write("act/mod.rs", "use crate::plan::g;\npub fn run() { g() }\n");
     write(
         "model/mod.rs",
         "//! See [`crate::plan::g`] and [the plan](crate::plan).\npub mod api;\npub mod names;\n",
@@ -690,6 +746,7 @@ fn the_checker_catches_upward_imports_cycles_and_strays() {
         "{wrong:#?}"
     );
     assert!(has("stray.rs: not in a room"), "{wrong:#?}");
+    assert!(has("act (room act) imports plan (room plan)"), "{wrong:#?}");
     assert!(has("import cycle among: plan, plan::inner"), "{wrong:#?}");
     // Test modules, comments and strings are not imports.
     assert!(

@@ -17,10 +17,13 @@
 //!   reads), and the small predicates on those kept fields.
 //! - [`caches`]: the one set of reflector caches of the process, outliving leadership.
 //! - [`observe`]: one stack's snapshot, read from the caches.
-//! - [`plan`]: pure decisions: what to apply, zone stages, rollouts, scale-downs,
-//!   recovery.
+//! - [`intent`]: the vocabulary between deciding and doing: what one reconcile will do
+//!   ([`intent::Intent`]) and what came of it ([`intent::Done`]).
+//! - [`plan`]: the only decider, pure: the Intent of a stack (what to apply, zone
+//!   stages, rollouts, scale-downs, recovery, Events).
 //! - [`status`]: pure: the status a stack should show.
-//! - [`act`]: the writes: server-side apply, take-over, deletes, Events, status.
+//! - [`act`]: carries an Intent out and publishes the report: server-side apply,
+//!   take-over, deletes, Events, status. It imports nothing of `plan`.
 //! - [`webhook`]: the admission webhooks every replica serves, and their registration.
 //! - [`reconcile`]: one reconcile (observe → plan → act → status), and its controller.
 //! - [`annotator`]: the pod zone annotator.
@@ -34,6 +37,7 @@ pub mod annotator;
 pub mod caches;
 pub mod checks;
 pub mod cli;
+pub mod intent;
 pub mod lead;
 pub mod model;
 pub mod observe;

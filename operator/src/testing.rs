@@ -106,3 +106,42 @@ pub fn field_manager_entry(
         time: None,
     }
 }
+
+/// An Intent that holds `eff`'s stack back with `findings`, deciding nothing else: what
+/// a status test starts from before it sets the part it is about.
+pub fn intent(
+    eff: crate::model::defaults::EffectiveStack,
+    findings: crate::intent::Findings,
+) -> crate::intent::Intent {
+    crate::intent::Intent {
+        now: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        eff,
+        findings,
+        action: crate::intent::Action::HoldBack,
+        held: Vec::new(),
+        zone_awareness: None,
+        wait_for_webhook: false,
+        scale_down: None,
+        rollout: Default::default(),
+        recovery: Default::default(),
+        stage_event: None,
+        wake_after: None,
+    }
+}
+
+/// What executing an Intent came to when the apply ended as `applied` and nothing else
+/// was done.
+pub fn done(applied: crate::intent::Applied) -> crate::intent::Done {
+    crate::intent::Done {
+        scale_down: None,
+        applied,
+        deleted: Vec::new(),
+        not_deleted: Vec::new(),
+        recovered: Default::default(),
+    }
+}
+
+/// A successful apply.
+pub fn applied() -> crate::intent::Applied {
+    crate::intent::Applied::Done(crate::intent::ApplyReport::default())
+}

@@ -28,6 +28,7 @@ use kube::Client;
 use serde_json::Value;
 
 use crate::act::takeover::{self, TakeOverError};
+use crate::intent::ApplyReport;
 use crate::model::conditions::Reason;
 use crate::model::names;
 use crate::observe::{version_of, ChildState, Snapshot};
@@ -221,13 +222,6 @@ fn write_canonical(v: &Value, out: &mut String) {
 type StackKey = (String, String);
 /// (namespace, stack) → (kind, name) → what was applied.
 type Memory = HashMap<StackKey, HashMap<(ChildKind, String), Applied>>;
-
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct ApplyReport {
-    pub applied: usize,
-    pub unchanged: usize,
-    pub pruned: usize,
-}
 
 pub struct Applier {
     client: Client,

@@ -1,9 +1,12 @@
-//! The writes of a reconcile, each carrying out what `plan` decided: server-side apply
-//! (and the take-over of the Go operator's fields), pod deletes of rollouts and of
-//! zone-outage recovery, the ingesters' leave-the-ring calls, the status write and Events.
-//! Nothing here decides; every function is told what to do.
+//! The writes of a reconcile: [`execute`] carries out the Intent `plan` decided
+//! (server-side apply and the take-over of the Go operator's fields, the ingesters'
+//! leave-the-ring calls, the pod deletes of rollouts and of zone-outage recovery), and
+//! [`report`] publishes what `status` made of it (the status write, Events). Nothing here
+//! decides, and nothing imports `plan`: every function is told what to do by an
+//! [`crate::intent::Intent`].
 
 pub mod apply;
+pub mod execute;
 pub mod recovery;
 pub mod report;
 pub mod rollout;

@@ -1,4 +1,4 @@
-//! Carries out the zone-outage recovery moves `plan/recovery.rs` decided: deletes the
+//! Carries out the zone-outage recovery moves the plan decided: deletes the
 //! claims of a pod stranded in a lost zone and force-deletes it, or deletes a pod left
 //! waiting on claims that were deleted. Each delete is guarded by the object's UID, so a
 //! successor of the same name is never touched.
@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::Client;
 
-use crate::plan::recovery::{Move, Report, Step};
+use crate::intent::{Move, Recovered, Step};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecoveryError {
@@ -15,30 +15,26 @@ pub enum RecoveryError {
     Api(#[from] kube::Error),
 }
 
-/// Runs the due moves; returns what happened to each.
-pub async fn run(client: &Client, namespace: &str, moves: Vec<Move>) -> Report {
-    let mut report = Report::default();
-    for m in moves {
-        if m.due.is_some() {
-            report.waiting.push(m);
-            continue;
-        }
+/// Runs the moves that are due; returns what happened to each.
+pub async fn run(client: &Client, namespace: &str, due: &[Move]) -> Recovered {
+    let mut report = Recovered::default();
+    for m in due {
         let result = match m.step {
-            Step::MoveOut => move_out(client, namespace, &m).await.map(|()| true),
-            Step::Recreate => recreate(client, namespace, &m).await,
+            Step::MoveOut => move_out(client, namespace, m).await.map(|()| true),
+            Step::Recreate => recreate(client, namespace, m).await,
         };
         match result {
-            Ok(true) => report.moved.push(m),
+            Ok(true) => report.moved.push(m.clone()),
             Ok(false) => {}
             Err(RecoveryError::Api(kube::Error::Api(e))) if e.code == 403 => {
                 let why = "the operator may not delete pods or claims here: add manifests/components/zone-outage-recovery (cluster-wide mode) or manifests/watched-namespace/zone-outage-recovery in this namespace (namespaced mode), or run the commands".to_string();
-                report.failed.push((m, why));
+                report.failed.push((m.clone(), why));
             }
             // Already gone (deleted by someone, or recreated under a new UID): next pass.
             Err(RecoveryError::Api(kube::Error::Api(e))) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
                 let why = e.to_string();
-                report.failed.push((m, why));
+                report.failed.push((m.clone(), why));
             }
         }
     }

@@ -1,5 +1,6 @@
 //! What the user sees of a reconcile: the stack's status (server-side applied on the
-//! status subresource, only when it changed) and Events.
+//! status subresource, only when it changed) and Events, published as the report
+//! (`status::report`) says.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -8,18 +9,20 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::caches::stacks::{self, DecodeError};
+use crate::intent::{About, PlannedEvent};
 use crate::model::api::{LokiStack, LokiStackStatus};
-use crate::model::conditions::{ConditionType, Reason};
+use crate::model::conditions::{EventReason, Reason};
 use crate::model::names;
-use crate::status::changed_conditions;
+use crate::status::report::Report;
 
 /// Events are capped by the API server; a longer note is cut at a character boundary.
 const MAX_NOTE: usize = 1000;
 
-/// Publishes the Events of one controller instance.
+/// Publishes the Events of one controller instance: the one publisher of the
+/// controller and the annotator, every reason an [`EventReason`], every note capped.
 #[derive(Clone)]
 pub struct Notifier {
     recorder: Recorder,
@@ -30,14 +33,15 @@ impl Notifier {
         Notifier { recorder }
     }
 
+    /// An Event about `object` with the default action.
     pub async fn event(
         &self,
         object: &ObjectReference,
         type_: EventType,
-        reason: &str,
+        reason: impl Into<EventReason>,
         note: String,
     ) {
-        self.event_for(object, type_, reason, "Reconcile", note)
+        self.event_for(object, type_, reason, DEFAULT_ACTION, note)
             .await
     }
 
@@ -48,13 +52,13 @@ impl Notifier {
         &self,
         object: &ObjectReference,
         type_: EventType,
-        reason: &str,
+        reason: impl Into<EventReason>,
         action: &str,
         note: String,
     ) {
         let event = KubeEvent {
             type_,
-            reason: reason.to_string(),
+            reason: reason.into().as_str().to_string(),
             note: Some(truncate(note, MAX_NOTE)),
             action: action.to_string(),
             secondary: None,
@@ -63,7 +67,36 @@ impl Notifier {
             warn!(object = ?object.name, namespace = ?object.namespace, error = %e, "cannot publish event");
         }
     }
+
+    /// A planned Event of `stack` (about it or one of its pods), logged as it goes out.
+    pub async fn planned(&self, stack: &LokiStack, e: &PlannedEvent) {
+        let ns = stack.namespace().unwrap_or_default();
+        let object = match &e.about {
+            About::Stack => stack.object_ref(&()),
+            About::Pod { name, uid } => ObjectReference {
+                kind: Some("Pod".into()),
+                api_version: Some("v1".into()),
+                name: Some(name.clone()),
+                namespace: Some(ns.clone()),
+                uid: Some(uid.clone()),
+                ..Default::default()
+            },
+        };
+        let type_ = if e.warning {
+            warn!(stack = %stack.name_any(), namespace = %ns, reason = %e.reason, "{}", e.note);
+            EventType::Warning
+        } else {
+            info!(stack = %stack.name_any(), namespace = %ns, reason = %e.reason, "{}", e.note);
+            EventType::Normal
+        };
+        let action = e.action.as_deref().unwrap_or(DEFAULT_ACTION);
+        self.event_for(&object, type_, e.reason, action, e.note.clone())
+            .await;
+    }
 }
+
+/// The action of an Event that names none.
+const DEFAULT_ACTION: &str = "Reconcile";
 
 fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
@@ -76,17 +109,34 @@ fn truncate(mut s: String, max: usize) -> String {
     s
 }
 
-/// Writes `new` if it differs from the stack's status, then sends an Event for each
-/// condition that changed: Warning for a problem that became True, else Normal.
-pub async fn write_status(
+/// Publishes what one reconcile came to ([`Report`]): the Events of what it did,
+/// the status when it differs from the stack's, then the Events of what the written
+/// status shows (changed conditions, a new stage of turning zones on or off): a failed
+/// write announces none of those, and the next reconcile announces them once.
+pub async fn publish(
     client: &Client,
     notify: &Notifier,
     stack: &LokiStack,
+    report: &Report,
+) -> Result<(), kube::Error> {
+    for e in &report.events {
+        notify.planned(stack, e).await;
+    }
+    if stack.status.as_ref() != Some(&report.status) {
+        write_status(client, stack, &report.status).await?;
+    }
+    for e in &report.after_status {
+        notify.planned(stack, e).await;
+    }
+    Ok(())
+}
+
+/// Server-side applies `new` on the stack's status subresource.
+async fn write_status(
+    client: &Client,
+    stack: &LokiStack,
     new: &LokiStackStatus,
 ) -> Result<(), kube::Error> {
-    if stack.status.as_ref() == Some(new) {
-        return Ok(());
-    }
     let ns = stack.namespace().unwrap_or_default();
     let api: Api<LokiStack> = Api::namespaced(client.clone(), &ns);
     let body = json!({
@@ -100,20 +150,6 @@ pub async fn write_status(
         &Patch::Apply(&body),
     )
     .await?;
-    let old = stack.status.clone().unwrap_or_default();
-    for c in changed_conditions(&old, new) {
-        let problem = ConditionType::parse(&c.type_).is_some_and(ConditionType::is_problem)
-            && Reason::parse(&c.reason).is_none_or(|r| !r.is_informational());
-        let type_ = if problem && c.status == "True" {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        let note = format!("{} is {}: {}", c.type_, c.status, c.message);
-        notify
-            .event(&stack.object_ref(&()), type_, &c.reason, note)
-            .await;
-    }
     Ok(())
 }
 
@@ -169,12 +205,7 @@ pub async fn undecodable(
     let object = obj.object_ref(&stacks::resource());
     let note = format!("the stored LokiStack cannot be read: {e}; fix that field");
     notify
-        .event(
-            &object,
-            EventType::Warning,
-            Reason::InvalidSpec.as_str(),
-            note,
-        )
+        .event(&object, EventType::Warning, Reason::InvalidSpec, note)
         .await;
     let written = api
         .patch_status(

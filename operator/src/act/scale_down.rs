@@ -1,6 +1,6 @@
 //! Carries out a scale-down of a zone-aware stack's ingesters (see
 //! `plan/scale_down.rs` for why they must leave the ring first): asks each leaving
-//! ingester to prepare, or holds the StatefulSet at its replicas and says why.
+//! ingester to prepare, and reports whether all did.
 
 use std::time::Duration;
 
@@ -9,20 +9,10 @@ use hyper::body::Bytes;
 use hyper::http::{self, Method, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::EventType;
-use kube::Resource;
-use tracing::{info, warn};
 
-use crate::act::report::Notifier;
-use crate::model::api::LokiStack;
-use crate::model::names;
-use crate::observe::Snapshot;
-use crate::plan::scale_down::{hold, leaving, replicas, Leaving};
-use crate::plan::{Action, Plan};
+use crate::intent::{Leaving, Prepared};
+use crate::model::names::PREPARE_SHUTDOWN_PATH;
 
-/// Loki's endpoint that prepares an ingester to leave the ring on its next shutdown.
-pub const PREPARE_SHUTDOWN_PATH: &str = "/ingester/prepare_shutdown";
 /// How long one ingester gets to answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -55,19 +45,6 @@ pub async fn call(base_url: &str, method: Method) -> Result<(), CallError> {
     }
 }
 
-/// What preparing a scale-down came to.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Prepared {
-    /// Every leaving ingester that runs was asked and agreed; those not running (named
-    /// here) could not be asked and may stay in the ring as unhealthy members.
-    Ready {
-        prepared: Vec<String>,
-        unreachable_not_running: Vec<String>,
-    },
-    /// One could not be asked: the scale-down waits.
-    Held { pod: String, why: String },
-}
-
 /// Asks every leaving ingester to prepare; on the first failure, asks those already
 /// prepared to forget it, so none is left to unregister on a mere restart.
 pub async fn prepare(leaving: &[Leaving]) -> Prepared {
@@ -92,98 +69,6 @@ pub async fn prepare(leaving: &[Leaving]) -> Prepared {
     Prepared::Ready {
         prepared: prepared.into_iter().map(|(p, _)| p).collect(),
         unreachable_not_running: not_running,
-    }
-}
-
-/// The pipeline step between plan and apply: when the plan shrinks a zone-aware stack's
-/// ingesters, asks those that go to leave the ring, or holds the scale-down. Returns
-/// true while it is held, so the stack is looked at again soon.
-pub async fn step(
-    notify: &Notifier,
-    stack: &LokiStack,
-    snapshot: &Snapshot,
-    plan: &mut Plan,
-) -> bool {
-    if !plan.eff.zone_aware() {
-        return false;
-    }
-    let Action::Apply { children, .. } = &mut plan.action else {
-        return false;
-    };
-    let Some((running, wanted)) = replicas(snapshot, children, &snapshot.name) else {
-        return false;
-    };
-    if wanted >= running {
-        return false;
-    }
-    let leaving = leaving(&snapshot.name, running, wanted, &snapshot.pod_refs());
-    let object = stack.object_ref(&());
-    let change = format!("ingesters {running} → {wanted}");
-    match prepare(&leaving).await {
-        Prepared::Ready {
-            prepared,
-            unreachable_not_running,
-        } => {
-            announce_leaving(
-                notify,
-                snapshot,
-                &object,
-                &change,
-                &prepared,
-                &unreachable_not_running,
-            )
-            .await;
-            false
-        }
-        Prepared::Held { pod, why } => {
-            hold(children, &snapshot.name, running);
-            let note = format!(
-                "the ingesters stay at {running} replicas (the spec asks {wanted}): ingester {pod} could not be asked to leave the ring ({why}). The operator must reach the ingesters' HTTP port {} ({PREPARE_SHUTDOWN_PATH}); it tries again",
-                names::PORT_HTTP
-            );
-            warn!(stack = %snapshot.name, namespace = %snapshot.namespace, "{note}");
-            let reason = "IngesterScaleDownHeld";
-            notify
-                .event(&object, EventType::Warning, reason, note)
-                .await;
-            true
-        }
-    }
-}
-
-/// The Events of a scale-down that goes ahead: who was asked to leave, and who could not
-/// be asked because it was not running.
-async fn announce_leaving(
-    notify: &Notifier,
-    snapshot: &Snapshot,
-    object: &ObjectReference,
-    change: &str,
-    prepared: &[String],
-    not_running: &[String],
-) {
-    let note = format!(
-        "{change}: asked {} to flush and leave the ring when stopped",
-        list(prepared)
-    );
-    info!(stack = %snapshot.name, namespace = %snapshot.namespace, "{note}");
-    notify
-        .event(object, EventType::Normal, "IngestersLeaving", note)
-        .await;
-    if !not_running.is_empty() {
-        let note = format!(
-            "ingesters {} were not running and could not be asked to leave the ring: they may stay in it as unhealthy members; press Forget for them on a distributor's /ring page",
-            list(not_running)
-        );
-        let reason = "IngesterNotPrepared";
-        notify.event(object, EventType::Warning, reason, note).await;
-    }
-}
-
-fn list(pods: &[String]) -> String {
-    if pods.is_empty() {
-        "none (none running)".into()
-    } else {
-        pods.join(", ")
     }
 }
 

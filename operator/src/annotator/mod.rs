@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -27,10 +27,12 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tracing::{debug, info, warn};
 
+use crate::act::report::Notifier;
 use crate::caches::reflectors::synced;
 use crate::caches::stacks;
 use crate::caches::taps::PodChange;
 use crate::checks::podzone::{decide, keys_not_allowed, node_name, PodZone};
+use crate::model::conditions::{EventReason, Happening, Reason};
 use crate::model::names;
 use crate::strip::is_zone_aware;
 use crate::telemetry::metrics::Metrics;
@@ -54,13 +56,16 @@ enum Outcome {
     Gone,
 }
 
+/// The action of the annotator's Events.
+const ACTION: &str = "AnnotateZone";
+
 struct Annotator {
     client: Client,
     pods: Store<Pod>,
     nodes: Store<Node>,
     /// Whose topology keys alone are copied onto a stack's pods.
     stacks: Store<DynamicObject>,
-    recorder: Recorder,
+    notify: Notifier,
     metrics: Arc<Metrics>,
     permits: Arc<Semaphore>,
     /// Each write's result, with when its answer came.
@@ -100,7 +105,7 @@ impl Inputs {
     }
 }
 
-pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Arc<Metrics>) {
+pub async fn run(client: Client, inputs: Inputs, notify: Notifier, metrics: Arc<Metrics>) {
     let Inputs {
         pods,
         nodes,
@@ -114,7 +119,7 @@ pub async fn run(client: Client, inputs: Inputs, recorder: Recorder, metrics: Ar
         pods,
         nodes,
         stacks,
-        recorder,
+        notify,
         metrics,
         permits: Arc::new(Semaphore::new(CONCURRENCY)),
         done,
@@ -168,22 +173,22 @@ impl Annotator {
         self.reported.retain(|(u, _)| *u != uid);
     }
 
-    async fn report_once(&mut self, pod: &Pod, reason: &str, note: String) {
-        let key = (pod.uid().unwrap_or_default(), reason.to_string());
+    async fn report_once(&mut self, pod: &Pod, reason: impl Into<EventReason>, note: String) {
+        let reason = reason.into();
+        let key = (pod.uid().unwrap_or_default(), reason.as_str().to_string());
         if !self.reported.insert(key) {
             return;
         }
-        warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), reason, "{note}");
-        let event = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: "AnnotateZone".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &pod.object_ref(&())).await {
-            warn!(error = %e, "cannot publish pod event");
-        }
+        warn!(pod = %pod.name_any(), namespace = ?pod.namespace(), %reason, "{note}");
+        self.notify
+            .event_for(
+                &pod.object_ref(&()),
+                EventType::Warning,
+                reason,
+                ACTION,
+                note,
+            )
+            .await;
     }
 
     async fn consider(&mut self, pod: &Pod) {
@@ -199,7 +204,8 @@ impl Annotator {
                 names::ANNOTATION_ZONE_LABELS,
                 foreign.join(", ")
             );
-            self.report_once(pod, "ZoneKeysNotAllowed", note).await;
+            self.report_once(pod, Happening::ZoneKeysNotAllowed, note)
+                .await;
             return;
         }
         let node = node_name(pod).and_then(|n| self.nodes.get(&ObjectRef::new(n)));
@@ -211,22 +217,23 @@ impl Annotator {
             PodZone::NodeLabel(e) => {
                 let node = node_name(pod).unwrap_or_default().to_string();
                 let reason = match e {
-                    crate::checks::zones::ZoneLabelError::Missing(_) => "ZoneLabelMissing",
-                    crate::checks::zones::ZoneLabelError::Empty(_) => "ZoneLabelEmpty",
+                    crate::checks::zones::ZoneLabelError::Missing(_) => Reason::ZoneLabelMissing,
+                    crate::checks::zones::ZoneLabelError::Empty(_) => Reason::ZoneLabelEmpty,
                 };
                 let note = format!("node {node}: {e}; the pod waits in Init until the node is labelled, then gets its zone");
                 self.report_once(pod, reason, note).await;
             }
             PodZone::Drift { annotated, node } => {
                 let note = format!("the node's topology labels now give zone {node}, but the pod runs as {annotated} (Loki read it at start); restart the pod to move it");
-                self.report_once(pod, "ZoneLabelChanged", note).await;
+                self.report_once(pod, Reason::ZoneLabelChanged, note).await;
             }
             PodZone::NoKeys => {
                 let note = format!(
                     "zone-aware pod has no {} annotation, so its zone cannot be known",
                     names::ANNOTATION_ZONE_LABELS
                 );
-                self.report_once(pod, "ZoneKeysMissing", note).await;
+                self.report_once(pod, Happening::ZoneKeysMissing, note)
+                    .await;
             }
             // A node not (yet) in the cache: its appearance re-runs this pod.
             PodZone::NodeGone => debug!(pod = %pod.name_any(), "node not in cache"),
@@ -308,7 +315,8 @@ impl Annotator {
                         "cannot write {}: {error}; the pod waits in Init until it can. Check the operator's RBAC (patch on pods) and admission policies",
                         names::ANNOTATION_ZONE
                     );
-                    self.report_once(&p, "ZoneAnnotationFailed", note).await;
+                    self.report_once(&p, Happening::ZoneAnnotationFailed, note)
+                        .await;
                     self.consider(&p).await;
                 }
             }

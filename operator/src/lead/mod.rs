@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
+use crate::act::report::Notifier;
 use crate::caches::reflectors::{self, Caches, Sources};
 use crate::caches::scope::Scope;
 use crate::caches::taps::Taps;
@@ -211,13 +212,13 @@ async fn start_process(
         ready.caches.clone(),
     )));
     let hook = serve_webhook(client, cfg, &caches, metrics.clone(), ready).await?;
-    let recorder = Recorder::new(
+    let notify = Notifier::new(Recorder::new(
         client.clone(),
         Reporter {
             controller: names::CONTROLLER_NAME.into(),
             instance: Some(cfg.identity.clone()),
         },
-    );
+    ));
     let parts = Parts {
         client: client.clone(),
         caches,
@@ -229,7 +230,7 @@ async fn start_process(
         webhook: cfg.webhook.clone(),
         ca_bundle: hook.ca_bundle.clone(),
         leader_view: hook.leader.clone(),
-        recorder,
+        notify,
         metrics,
     };
     tasks.extend(hook.tasks);

@@ -15,7 +15,6 @@ use std::time::Duration;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
 };
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 use tokio::sync::watch;
@@ -60,7 +59,8 @@ pub struct Parts {
     pub ca_bundle: watch::Receiver<Option<String>>,
     /// Where the webhook server learns that this replica leads, and its term's ledger.
     pub leader_view: LeaderView,
-    pub recorder: Recorder,
+    /// The one Event publisher of the process (controller and annotator).
+    pub notify: Notifier,
     pub metrics: Arc<Metrics>,
 }
 
@@ -73,7 +73,7 @@ fn reconcile_context(p: &Parts, webhook_coverage: WebhookCoverage) -> Arc<Contex
         applier: Applier::new(p.client.clone(), p.capabilities),
         settings: p.settings.clone(),
         capabilities: p.capabilities,
-        notify: Notifier::new(p.recorder.clone()),
+        notify: p.notify.clone(),
         metrics: p.metrics.clone(),
         resync: p.resync,
         webhook_coverage,
@@ -128,7 +128,7 @@ impl Term {
         tasks.spawn(annotator::run(
             p.client.clone(),
             inputs,
-            p.recorder.clone(),
+            p.notify.clone(),
             p.metrics.clone(),
         ));
         p.leader_view.lead(Arc::new(Grants::default()));

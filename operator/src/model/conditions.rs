@@ -119,6 +119,81 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// What the operator did or saw, as the reason of an Event that no condition carries
+    /// (an Event for a changed condition carries the condition's [`Reason`]). API too:
+    /// `kubectl get events --field-selector reason=...` and alerts on Events match them.
+    Happening {
+        /// A scale-down goes ahead: the leaving ingesters were asked to leave the ring.
+        IngestersLeaving => "IngestersLeaving",
+        /// Leaving ingesters that were not running could not be asked.
+        IngesterNotPrepared => "IngesterNotPrepared",
+        /// A scale-down waits: a leaving ingester could not be asked.
+        IngesterScaleDownHeld => "IngesterScaleDownHeld",
+        /// A zone's outdated ring members were deleted at once.
+        RolloutZoneStarted => "RolloutZoneStarted",
+        /// An outdated pod without a zone was deleted.
+        RolloutPodRestarted => "RolloutPodRestarted",
+        RolloutCompleted => "RolloutCompleted",
+        /// A rollout's pod could not be deleted.
+        RolloutFailed => "RolloutFailed",
+        /// A pod was moved out of a lost zone (the opt-in recovery).
+        ZoneOutageRecovery => "ZoneOutageRecovery",
+        ZoneOutageRecoveryFailed => "ZoneOutageRecoveryFailed",
+        /// The stages of turning zones on and off.
+        ZonesEnabling => "ZonesEnabling",
+        ZonesWritePathReady => "ZonesWritePathReady",
+        ZonesEnabled => "ZonesEnabled",
+        ZonesDisabling => "ZonesDisabling",
+        ZonesDisabled => "ZonesDisabled",
+        /// On a pod: its zone annotation names keys that are not its stack's topology
+        /// keys, or it has none (the annotator gives it no zone).
+        ZoneKeysNotAllowed => "ZoneKeysNotAllowed",
+        ZoneKeysMissing => "ZoneKeysMissing",
+        /// On a pod: the annotator's write of its zone failed (it retries).
+        ZoneAnnotationFailed => "ZoneAnnotationFailed",
+        /// A reconcile step that failed (retried with a backoff).
+        ObserveFailed => "ObserveFailed",
+        RenderFailed => "RenderFailed",
+        StatusUpdateFailed => "StatusUpdateFailed",
+    }
+}
+
+/// The reason of an Event the operator publishes: every Event reason is one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// A condition's reason: a condition changed, or a finding of the same meaning.
+    Condition(Reason),
+    Happened(Happening),
+}
+
+impl EventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::Condition(r) => r.as_str(),
+            EventReason::Happened(h) => h.as_str(),
+        }
+    }
+}
+
+impl From<Reason> for EventReason {
+    fn from(r: Reason) -> Self {
+        EventReason::Condition(r)
+    }
+}
+
+impl From<Happening> for EventReason {
+    fn from(h: Happening) -> Self {
+        EventReason::Happened(h)
+    }
+}
+
+impl fmt::Display for EventReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+wire_enum! {
     /// The keys of `status.components.<component>`: a pod's phase, with Running split into
     /// Ready (its Ready condition is True) and Running (not ready yet).
     PodPhase {
@@ -175,6 +250,11 @@ mod tests {
         seen.sort_unstable();
         seen.dedup();
         assert_eq!(seen.len(), Reason::ALL.len());
+        // An Event reason means one thing: no happening is spelled as a condition reason.
+        for h in Happening::ALL {
+            assert_eq!(Reason::parse(h.as_str()), None, "{h}");
+            assert_eq!(EventReason::from(*h).as_str(), h.as_str());
+        }
         for t in ConditionType::ALL {
             assert_eq!(ConditionType::parse(&t.to_string()), Some(*t));
         }

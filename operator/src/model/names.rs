@@ -89,6 +89,8 @@ pub const ZONE_MOUNT_DIR: &str = "/etc/az-annotation";
 pub const ZONE_FILE_NAME: &str = "az";
 
 pub const PORT_HTTP: i32 = 3100;
+/// Loki's endpoint that prepares an ingester to leave the ring on its next shutdown.
+pub const PREPARE_SHUTDOWN_PATH: &str = "/ingester/prepare_shutdown";
 /// Loki's readiness endpoint, the readiness probe of every component but the query
 /// frontend.
 pub const PATH_READY: &str = "/ready";

@@ -1,6 +1,11 @@
-//! Observe, the first step of a reconcile: one immutable snapshot of what the caches hold
-//! for one stack. Every later step reads this snapshot, never the caches, so a reconcile
-//! sees one consistent picture and the pure steps can be tested with a hand-made one.
+//! Observe, the first step of a reconcile: one finished, immutable snapshot of what one
+//! stack's reconcile reads ([`observe`]): what the caches hold for it, the two objects no
+//! cache holds (the CA ConfigMap and the remote-write Secret it names), what the webhook
+//! configurations cover, and the one clock of the reconcile. The plan reads this
+//! snapshot, never the caches, so a reconcile decides on one consistent picture and the
+//! pure steps can be tested with a hand-made one. (The executor reads the caches while it
+//! works: the applier, whether a child changed since; the rollout, whether its deletes
+//! show.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -14,6 +19,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::Client;
 use kube::ResourceExt;
 
+use crate::caches::coverage::WebhookCoverage;
 use crate::caches::reflectors::Caches;
 use crate::caches::rules::{decode as decode_rule, RuleKind};
 use crate::caches::stacks::DecodeError;
@@ -119,8 +125,8 @@ pub struct Snapshot {
     /// The stack's StatefulSets (this stack's controller owner), typed and stripped, by
     /// name: what the zone-by-zone rollout reads.
     pub statefulsets: Vec<Arc<StatefulSet>>,
-    /// The zone-disruption webhook decides the evictions of this stack's ingesters (set
-    /// by the reconciler from the webhook's coverage, not from a cache).
+    /// The zone-disruption webhook decides the evictions of this stack's ingesters (its
+    /// configuration covers the stack's namespace).
     pub disruptions_by_zone: bool,
     /// The ruler's objects the stack picks; empty unless rules are enabled.
     pub rules: RulesObserved,
@@ -159,12 +165,70 @@ impl ChildState {
     }
 }
 
+/// Everything one reconcile of `stack` reads, at one instant. A zone-aware stack waits
+/// first (briefly, [`crate::caches::coverage::COVERAGE_WAIT`]) for the webhook
+/// configurations to cover its namespace, so that its first apply is zoned at bind and
+/// its ingester budget may allow a zone's share; the caches are read after that wait.
+pub async fn observe(
+    client: &Client,
+    caches: &Caches,
+    coverage: &WebhookCoverage,
+    stack: &LokiStack,
+) -> Result<Snapshot, ObserveError> {
+    let name = stack.name_any();
+    let namespace = stack
+        .namespace()
+        .ok_or_else(|| ObserveError::NoNamespace(name.clone()))?;
+    let disruptions_by_zone = disruptions_by_zone(coverage, stack, &namespace).await;
+    let storage_ca_keys = storage_ca_keys(client, stack, &namespace).await?;
+    let picked = match stack.spec.rules.as_ref().filter(|r| r.enabled) {
+        Some(spec) => observe_rules(caches, spec, &namespace, &name),
+        None => RulesObserved::default(),
+    };
+    let rules = RulesObserved {
+        remote_write_secret_keys: ruler_secret_keys(client, &picked, &namespace).await?,
+        ..picked
+    };
+    Ok(Snapshot {
+        storage_ca_keys,
+        disruptions_by_zone,
+        rules,
+        ..Snapshot::of_caches(caches, stack, namespace)
+    })
+}
+
+/// Whether the zone-disruption webhook decides the evictions of this zone-aware stack's
+/// ingesters, so their PodDisruptionBudget can allow a whole zone. The first reconcile
+/// of a new stack waits (briefly) for the configuration to cover its namespace; until it
+/// does, the budget stays at one ingester.
+async fn disruptions_by_zone(
+    coverage: &WebhookCoverage,
+    stack: &LokiStack,
+    namespace: &str,
+) -> bool {
+    if !zone_aware(&stack.spec) {
+        return false;
+    }
+    // Both keepers are woken at once: the zone-at-bind wait before the apply then finds
+    // its namespace covered already, instead of adding a second wait after this one.
+    let bind = async {
+        if let Some(c) = &coverage.bind {
+            c.wait_for(namespace).await;
+        }
+    };
+    let disruptions = async {
+        match &coverage.disruptions {
+            Some(c) => c.wait_for(namespace).await,
+            None => false,
+        }
+    };
+    tokio::join!(bind, disruptions).1
+}
+
 impl Snapshot {
-    pub fn take(caches: &Caches, stack: &LokiStack) -> Result<Snapshot, ObserveError> {
+    /// What the caches hold for `stack` now; the rest of [`observe`] left empty.
+    fn of_caches(caches: &Caches, stack: &LokiStack, namespace: String) -> Snapshot {
         let name = stack.name_any();
-        let namespace = stack
-            .namespace()
-            .ok_or_else(|| ObserveError::NoNamespace(name.clone()))?;
         let uid = stack.metadata.uid.clone().unwrap_or_default();
         let secret = caches
             .secrets
@@ -188,17 +252,12 @@ impl Snapshot {
         let pod_nodes = pod_nodes(caches, &pods);
         let children = owned_children(caches, &namespace, &name, &uid);
         let statefulsets = owned_statefulsets(caches, &namespace, &name, &uid);
-        let rules = match stack.spec.rules.as_ref().filter(|r| r.enabled) {
-            Some(spec) => observe_rules(caches, spec, &namespace, &name),
-            None => RulesObserved::default(),
-        };
-        Ok(Snapshot {
+        Snapshot {
             namespace,
             name,
             uid,
             secret,
             secret_unreadable: secret_unreadable.flatten(),
-            // Read apart by `storage_ca_keys`: ConfigMaps are not cached.
             storage_ca_keys: None,
             storage_class,
             nodes,
@@ -208,9 +267,9 @@ impl Snapshot {
             children,
             statefulsets,
             disruptions_by_zone: false,
-            rules,
+            rules: RulesObserved::default(),
             now: Timestamp::now(),
-        })
+        }
     }
 
     pub fn node(&self, name: &str) -> Option<&Node> {
@@ -225,7 +284,7 @@ impl Snapshot {
 /// The key names of the stack's CA ConfigMap, if it sets one and it exists. ConfigMaps are
 /// not cached (nothing else needs them, and a watch would hold every ConfigMap of the
 /// cluster), so this is one read per reconcile of a stack that sets a CA.
-pub async fn storage_ca_keys(
+async fn storage_ca_keys(
     client: &Client,
     stack: &LokiStack,
     namespace: &str,
@@ -306,7 +365,7 @@ fn observe_rules(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str)
 /// The key names of the remote-write Secret a stack's RulerConfig names, if it exists.
 /// Like the CA ConfigMap, one read per reconcile of a stack that sets one: nothing else
 /// needs these Secrets, and a watch would need `list` on every Secret.
-pub async fn ruler_secret_keys(
+async fn ruler_secret_keys(
     client: &Client,
     rules: &RulesObserved,
     namespace: &str,

@@ -1,5 +1,7 @@
-//! Plan, the second step of a reconcile: a pure function of the stack and its snapshot
-//! that decides what the cluster should hold.
+//! Plan, the second step of a reconcile and its only decider: a pure function of the
+//! stack and its snapshot that returns the whole [`Intent`]: what the cluster should hold,
+//! the pods to prepare or delete (scale-down, rollout, recovery), and the Events of what
+//! the status alone does not show.
 //!
 //! A Degraded finding (invalid spec, storage Secret, zone check) holds the new spec back:
 //! nothing is applied, nothing is removed or scaled down, `observedGeneration` stays
@@ -14,17 +16,14 @@ pub mod staging;
 
 use std::collections::BTreeSet;
 
-use crate::checks::validate::{validate_stack, zone_aware_evictions, InvalidSpec};
-use crate::checks::volumes::{self, StorageClassFinding};
+use crate::checks::validate::{validate_stack, zone_aware_evictions};
+use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
-use crate::model::api::{LokiStack, ZoneAwarenessStatus};
-use crate::model::conditions::Reason;
+use crate::intent::{Action, Findings, Intent, PlannedEvent};
+use crate::model::api::{LokiStack, ZoneAwarenessStage};
 use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::go_compat;
-use crate::model::names;
-use crate::model::storage::{
-    self as storage, check_ca, StorageCaError, StorageSecretError, StoreParams,
-};
+use crate::model::storage::{self as storage, check_ca, StorageSecretError, StoreParams};
 use crate::observe::Snapshot;
 use crate::render::kinds::ChildKind;
 use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
@@ -33,82 +32,6 @@ use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
 pub enum PlanError {
     #[error("rendering the stack's objects failed: {0}")]
     Render(#[from] RenderError),
-}
-
-/// What the checks found.
-#[derive(Debug, Default)]
-pub struct Findings {
-    pub invalid: Option<InvalidSpec>,
-    pub secret: Option<StorageSecretError>,
-    /// The CA bundle of `spec.storage.tls`, when it is missing or lacks its key.
-    pub storage_ca: Option<StorageCaError>,
-    pub storage_class: Option<StorageClassFinding>,
-    /// `None` for a stack that is not zone-aware.
-    pub zone: Option<ZoneCheck>,
-    /// Go Loki Operator fields the stack sets that this operator does not act on.
-    pub unsupported: Vec<String>,
-    /// The stack's annotations that are set but invalid, and what applies instead.
-    pub annotation: Option<String>,
-    /// Zone-aware evictions are switched off for the stack
-    /// ([`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]).
-    pub zone_evictions_off: bool,
-    /// The ruler's rules and RulerConfig.
-    pub rules: rules::RuleFindings,
-}
-
-impl Findings {
-    /// The Degraded reason and message when the spec must be held back; the first finding
-    /// in this order wins, since fixing it may change the others. A zone outage is not
-    /// among them: during one, spec changes still go out (see [`Plan::held`]).
-    pub fn hold_back(&self) -> Option<(Reason, String)> {
-        if let Some(e) = &self.invalid {
-            return Some((Reason::InvalidSpec, format!("{e}. Fix the LokiStack spec")));
-        }
-        if let Some(e) = &self.secret {
-            return Some((e.reason(), e.to_string()));
-        }
-        if let Some(e) = &self.storage_ca {
-            return Some((e.reason(), e.to_string()));
-        }
-        if let Some(hold) = &self.rules.hold {
-            return Some(hold.clone());
-        }
-        if let Some(f) = self.storage_class.as_ref().filter(|f| f.holds_back()) {
-            return Some((f.reason(), f.to_string()));
-        }
-        self.zone
-            .as_ref()
-            .filter(|z| z.verdict.is_degraded())
-            .map(|z| (z.verdict.reason(), z.message()))
-    }
-}
-
-#[derive(Debug)]
-pub enum Action {
-    /// Leave every object as it is (see the module comment).
-    HoldBack,
-    /// Apply `children` in order, then remove `stale`: objects this operator applied for
-    /// the stack that it no longer renders (a disabled ruler). PersistentVolumeClaims are
-    /// never in it.
-    Apply {
-        children: Vec<Child>,
-        stale: Vec<(ChildKind, String)>,
-        /// Objects owned by the stack that this operator neither applied nor renders (the
-        /// Go Loki Operator's gateway after a migration): left as they run, and reported.
-        left: Vec<(ChildKind, String)>,
-    },
-}
-
-#[derive(Debug)]
-pub struct Plan {
-    pub eff: EffectiveStack,
-    pub findings: Findings,
-    pub action: Action,
-    /// Ring members (StatefulSets) left as they run because a zone is unavailable.
-    pub held: Vec<String>,
-    /// The stage of turning zones on or off (`staging.rs`); the previous one while the
-    /// spec is held back.
-    pub zone_awareness: Option<ZoneAwarenessStatus>,
 }
 
 /// The zone check of a zone-aware stack, on every node and the stack's volumes.
@@ -188,7 +111,7 @@ pub fn plan(
     snapshot: &Snapshot,
     settings: &Settings,
     caps: &ServerCapabilities,
-) -> Result<Plan, PlanError> {
+) -> Result<Intent, PlanError> {
     let mut eff = effective(&stack.spec);
     let findings = check(stack, snapshot, &mut eff);
     if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
@@ -198,7 +121,8 @@ pub fn plan(
         eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
     }
     let mut held = Vec::new();
-    let mut zone_awareness = stack.status.as_ref().and_then(|s| s.zone_awareness.clone());
+    let previous = stack.status.as_ref().and_then(|s| s.zone_awareness.clone());
+    let mut zone_awareness = previous.clone();
     let action = if findings.hold_back().is_some() {
         Action::HoldBack
     } else {
@@ -206,7 +130,7 @@ pub fn plan(
         let mut children = render(stack, &eff, settings, caps)?;
         // Stale before holding: a held StatefulSet is still wanted, never removed.
         let (stale, left) = not_rendered(snapshot, &children);
-        if zone_outage(&findings) && !forced(stack) {
+        if zone_outage(&findings) && !rollout::forced(stack) {
             held = hold_ring_members(snapshot, &mut children);
         }
         Action::Apply {
@@ -215,7 +139,21 @@ pub fn plan(
             left,
         }
     };
-    Ok(Plan {
+    // While zones are turned off the webhook no longer covers the stack: its ring
+    // members keep their zones, and the annotator writes them.
+    let turning_off = zone_awareness
+        .as_ref()
+        .is_some_and(|z| z.stage == ZoneAwarenessStage::Disabling);
+    let applying = matches!(action, Action::Apply { .. });
+    Ok(Intent {
+        now: snapshot.now,
+        wait_for_webhook: applying && eff.zone_aware() && !turning_off,
+        scale_down: scale_down::plan(snapshot, &eff, &action),
+        rollout: rollout::step(stack, snapshot, &findings, applying),
+        recovery: recovery::plan(stack, snapshot, &findings, &eff),
+        stage_event: staging::transition(previous.as_ref(), zone_awareness.as_ref())
+            .map(|(reason, note)| PlannedEvent::normal(reason, note)),
+        wake_after: staging::wake_after(zone_awareness.as_ref(), snapshot.now),
         eff,
         findings,
         action,
@@ -247,16 +185,6 @@ fn zone_outage(findings: &Findings) -> bool {
         .zone
         .as_ref()
         .is_some_and(|z| z.disrupted().next().is_some())
-}
-
-/// The stack asks to roll ring members during an outage.
-pub fn forced(stack: &LokiStack) -> bool {
-    stack
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(names::ANNOTATION_ROLL_DURING_OUTAGE))
-        .is_some_and(|v| v == "true")
 }
 
 /// While a zone is unavailable, the StatefulSets that already run (ingesters and the
@@ -302,6 +230,8 @@ fn not_rendered(snapshot: &Snapshot, children: &[Child]) -> (Names, Names) {
 mod tests {
     use super::*;
     use crate::model::api::LokiStackSize;
+    use crate::model::conditions::Reason;
+    use crate::model::names;
     use crate::observe::ChildState;
     use crate::testing::{node, stack, stack_spec, zoned_spec, ZONE};
     use k8s_openapi::api::core::v1::Secret;

@@ -25,12 +25,12 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::checks::podzone::node_name;
 use crate::checks::zones::{self, fenced, lost_since, node_lost, volume_zone, ZoneCheck};
+use crate::intent::{Findings, Move, Recovery, Step};
 use crate::model::api::LokiStack;
-use crate::model::defaults::Component;
+use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::duration::parse_duration;
 use crate::model::names;
 use crate::observe::Snapshot;
-use crate::plan::Plan;
 
 /// The components whose pods may be moved out of a lost zone.
 pub const MOVABLE: [Component; 3] = [
@@ -38,42 +38,6 @@ pub const MOVABLE: [Component; 3] = [
     Component::IndexGateway,
     Component::Ruler,
 ];
-
-/// What a pod needs to leave a lost zone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
-    /// Steps 1 and 2: the pod is on a node of the lost zone, or waits on claims whose
-    /// volumes are pinned there.
-    MoveOut,
-    /// Step 3: a recreated pod waiting to be scheduled; deleted if its claims are gone
-    /// or going (the executor looks), else left to schedule.
-    Recreate,
-}
-
-/// One pod of a movable component, and what moving it takes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Move {
-    pub pod: String,
-    pub uid: String,
-    pub step: Step,
-    /// The lost zone, for [`Step::MoveOut`].
-    pub zone: Option<String>,
-    /// The pod's claims, by the names its StatefulSet gives them.
-    pub claims: Vec<String>,
-    /// `None`: due now; else when the grace period ends.
-    pub due: Option<Timestamp>,
-}
-
-impl Move {
-    /// What an admin runs to do the same by hand (the runbook's commands).
-    pub fn commands(&self, namespace: &str) -> String {
-        format!(
-            "kubectl -n {namespace} delete pvc {} --wait=false && kubectl -n {namespace} delete pod {} --grace-period=0 --force",
-            self.claims.join(" "),
-            self.pod
-        )
-    }
-}
 
 /// The recovery's grace period, when the stack opted in.
 pub fn grace(stack: &LokiStack) -> Option<Duration> {
@@ -88,17 +52,46 @@ pub fn grace(stack: &LokiStack) -> Option<Duration> {
     parse_duration(after).ok()
 }
 
+/// The recovery of this reconcile: with the opt-in, the moves due now and those waiting
+/// for the grace period; without it, the pods an admin may move (listed in the status).
+pub fn plan(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    findings: &Findings,
+    eff: &EffectiveStack,
+) -> Recovery {
+    let Some(grace) = grace(stack) else {
+        let manual = candidates(snapshot, findings, eff, Duration::ZERO, snapshot.now)
+            .into_iter()
+            .filter(|m| m.step == Step::MoveOut)
+            .collect();
+        return Recovery {
+            manual,
+            ..Default::default()
+        };
+    };
+    let (waiting, due) = candidates(snapshot, findings, eff, grace, snapshot.now)
+        .into_iter()
+        .partition(|m| m.due.is_some());
+    Recovery {
+        due,
+        waiting,
+        manual: Vec::new(),
+    }
+}
+
 /// The pods of movable components to look at while a zone is unavailable: those on a
 /// node of it or waiting on claims whose volumes are pinned there ([`Step::MoveOut`],
 /// due after the grace period), and the others waiting to be scheduled
 /// ([`Step::Recreate`]). Pure: a function of the snapshot, the plan and the clock.
-pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timestamp) -> Vec<Move> {
-    let Some(z) = plan
-        .findings
-        .zone
-        .as_ref()
-        .filter(|z| !z.unavailable.is_empty())
-    else {
+pub fn candidates(
+    snapshot: &Snapshot,
+    findings: &Findings,
+    eff: &EffectiveStack,
+    grace: Duration,
+    now: Timestamp,
+) -> Vec<Move> {
+    let Some(z) = findings.zone.as_ref().filter(|z| !z.unavailable.is_empty()) else {
         return Vec::new();
     };
     let grace = SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX);
@@ -108,7 +101,7 @@ pub fn candidates(snapshot: &Snapshot, plan: &Plan, grace: Duration, now: Timest
             continue;
         };
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let claims = claims_of(plan, component, &name);
+        let claims = claims_of(eff, component, &name);
         let lost = pod_zone(snapshot, z, pod, &claims)
             .and_then(|zone| z.unavailable.iter().find(|u| u.zone == zone));
         if !owned_by_its_statefulset(pod, component, &snapshot.name) {
@@ -169,9 +162,8 @@ fn movable(pod: &Pod) -> Option<Component> {
 }
 
 /// `<volume>-<pod>`, as a StatefulSet names the claims of its pods.
-fn claims_of(plan: &Plan, component: Component, pod: &str) -> Vec<String> {
-    plan.eff
-        .component(component)
+fn claims_of(eff: &EffectiveStack, component: Component, pod: &str) -> Vec<String> {
+    eff.component(component)
         .map(|c| {
             c.volumes
                 .iter()
@@ -198,19 +190,6 @@ fn pod_zone(snapshot: &Snapshot, z: &ZoneCheck, pod: &Pod, claims: &[String]) ->
     })
 }
 
-/// What one pass of the recovery did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Report {
-    /// Pods deleted this pass, to be recreated in an available zone.
-    pub moved: Vec<Move>,
-    /// Moves that are due but could not be done, with why.
-    pub failed: Vec<(Move, String)>,
-    /// Moves waiting for the grace period.
-    pub waiting: Vec<Move>,
-    /// Without the opt-in: the pods an admin may move, with [`Move::commands`].
-    pub manual: Vec<Move>,
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -219,9 +198,16 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::intent::Findings;
     use crate::model::api::LokiStackSize;
     use crate::model::defaults::effective;
-    use crate::plan::{Action, Findings};
+    use crate::model::defaults::EffectiveStack;
+
+    /// What the candidates are decided from.
+    struct Planned {
+        eff: EffectiveStack,
+        findings: Findings,
+    }
     use crate::testing::{node, stack, zoned_spec, ZONE};
 
     fn down(name: &str, zone: &str) -> Node {
@@ -264,7 +250,7 @@ mod tests {
         .expect("pv")
     }
 
-    fn setup(pods: Vec<Pod>, volumes: Vec<PersistentVolume>) -> (Snapshot, Plan) {
+    fn setup(pods: Vec<Pod>, volumes: Vec<PersistentVolume>) -> (Snapshot, Planned) {
         let nodes = vec![
             node("a1", &[(ZONE, "a")]),
             node("b1", &[(ZONE, "b")]),
@@ -277,7 +263,7 @@ mod tests {
         nodes: Vec<Node>,
         pods: Vec<Pod>,
         volumes: Vec<PersistentVolume>,
-    ) -> (Snapshot, Plan) {
+    ) -> (Snapshot, Planned) {
         let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
         let eff = effective(&s.spec);
         let zone = zones::check(&eff, &nodes, &volumes);
@@ -297,15 +283,12 @@ mod tests {
             name: "s".into(),
             ..Default::default()
         };
-        let plan = Plan {
+        let plan = Planned {
             eff,
             findings: Findings {
                 zone: Some(zone),
                 ..Default::default()
             },
-            action: Action::HoldBack,
-            held: Vec::new(),
-            zone_awareness: None,
         };
         (snapshot, plan)
     }
@@ -327,14 +310,26 @@ mod tests {
             vec![],
         );
         let grace = Duration::from_secs(600);
-        let early = candidates(&snapshot, &plan, grace, at("2026-01-01T00:09:00Z"));
+        let early = candidates(
+            &snapshot,
+            &plan.findings,
+            &plan.eff,
+            grace,
+            at("2026-01-01T00:09:00Z"),
+        );
         let names: Vec<&str> = early.iter().map(|m| m.pod.as_str()).collect();
         assert_eq!(names, ["s-compactor-0", "s-index-gateway-1"]);
         assert!(early.iter().all(|m| m.step == Step::MoveOut));
         assert_eq!(early[0].due, Some(at("2026-01-01T00:10:00Z")));
         assert_eq!(early[0].zone.as_deref(), Some("c"));
         assert_eq!(early[0].claims, ["storage-s-compactor-0"]);
-        let late = candidates(&snapshot, &plan, grace, at("2026-01-01T00:10:00Z"));
+        let late = candidates(
+            &snapshot,
+            &plan.findings,
+            &plan.eff,
+            grace,
+            at("2026-01-01T00:10:00Z"),
+        );
         assert!(late.iter().all(|m| m.due.is_none()));
         assert_eq!(
             late[0].commands("ns"),
@@ -355,7 +350,13 @@ mod tests {
             ],
         );
         let now = at("2026-01-01T01:00:00Z");
-        let moves = candidates(&snapshot, &plan, Duration::from_secs(60), now);
+        let moves = candidates(
+            &snapshot,
+            &plan.findings,
+            &plan.eff,
+            Duration::from_secs(60),
+            now,
+        );
         let steps: Vec<(&str, Step)> = moves.iter().map(|m| (m.pod.as_str(), m.step)).collect();
         assert_eq!(
             steps,
@@ -378,9 +379,14 @@ mod tests {
         ];
         plan.findings.zone = Some(zones::check(&plan.eff, &nodes, &[]));
         snapshot.nodes = nodes.into_iter().map(Arc::new).collect();
-        assert!(
-            candidates(&snapshot, &plan, Duration::ZERO, at("2026-01-01T01:00:00Z")).is_empty()
-        );
+        assert!(candidates(
+            &snapshot,
+            &plan.findings,
+            &plan.eff,
+            Duration::ZERO,
+            at("2026-01-01T01:00:00Z")
+        )
+        .is_empty());
     }
 
     /// A cordoned zone is maintenance: its pods run and nothing of it is moved, however
@@ -410,7 +416,13 @@ mod tests {
         );
         let years_later = at("2036-01-01T00:00:00Z");
         assert_eq!(
-            candidates(&snapshot, &plan, Duration::ZERO, years_later),
+            candidates(
+                &snapshot,
+                &plan.findings,
+                &plan.eff,
+                Duration::ZERO,
+                years_later
+            ),
             []
         );
         let nodes = vec![
@@ -421,7 +433,13 @@ mod tests {
         ];
         let (snapshot, plan) = setup_with(nodes, pods(), volumes());
         assert_eq!(
-            candidates(&snapshot, &plan, Duration::ZERO, years_later),
+            candidates(
+                &snapshot,
+                &plan.findings,
+                &plan.eff,
+                Duration::ZERO,
+                years_later
+            ),
             []
         );
     }
@@ -437,7 +455,10 @@ mod tests {
         }
         let (snapshot, plan) = setup(vec![stray, other], vec![]);
         let late = at("2036-01-01T00:00:00Z");
-        assert_eq!(candidates(&snapshot, &plan, Duration::ZERO, late), []);
+        assert_eq!(
+            candidates(&snapshot, &plan.findings, &plan.eff, Duration::ZERO, late),
+            []
+        );
     }
 
     /// Every node of the lost zone deleted: fenced (Kubernetes deleted their pods), so
@@ -451,7 +472,13 @@ mod tests {
             vec![pinned("storage-s-compactor-0", "c")],
         );
         let now = at("2026-01-01T00:00:01Z");
-        let moves = candidates(&snapshot, &plan, Duration::from_secs(3600), now);
+        let moves = candidates(
+            &snapshot,
+            &plan.findings,
+            &plan.eff,
+            Duration::from_secs(3600),
+            now,
+        );
         assert_eq!(moves.len(), 1);
         assert_eq!((moves[0].step, moves[0].due), (Step::MoveOut, None));
     }
@@ -485,7 +512,13 @@ mod tests {
             vec![],
         );
         let grace = Duration::from_secs(600);
-        let moves = candidates(&snapshot, &plan, grace, at("2026-01-01T00:00:01Z"));
+        let moves = candidates(
+            &snapshot,
+            &plan.findings,
+            &plan.eff,
+            grace,
+            at("2026-01-01T00:00:01Z"),
+        );
         let due: Vec<(&str, Option<Timestamp>)> =
             moves.iter().map(|m| (m.pod.as_str(), m.due)).collect();
         assert_eq!(

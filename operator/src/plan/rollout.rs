@@ -12,11 +12,11 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::checks::zones::ZoneState;
+use crate::intent::{Findings, Rollout, Victim};
 use crate::model::api::{LokiStack, RolloutStatus, ZoneRolloutStatus};
 use crate::model::conditions::{pod_phase, PodPhase};
 use crate::model::names;
 use crate::observe::Snapshot;
-use crate::plan::{forced, Plan};
 
 /// Where pods without a zone annotation are counted in the status: a label value cannot
 /// contain parentheses, so no zone has this name.
@@ -41,23 +41,6 @@ pub struct Inputs<'a> {
     /// The stack's status shows a rollout under way: it lasts until every pod of the
     /// rolled StatefulSets is updated and Ready, not only until the last deletion.
     pub rolling: bool,
-}
-
-/// A pod to delete, with the preconditions of the deletion.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Victim {
-    pub name: String,
-    pub uid: String,
-    pub resource_version: String,
-    pub zone: Option<String>,
-}
-
-#[derive(Debug, Default, PartialEq)]
-pub struct Decision {
-    /// Outdated pods to delete now: all in one zone, or one pod without a zone.
-    pub delete: Vec<Victim>,
-    /// `None` while no rollout is under way, so an idle stack's status does not change.
-    pub status: Option<RolloutStatus>,
 }
 
 /// One pod of a rolled StatefulSet.
@@ -163,20 +146,20 @@ fn set_waits(sets: &BTreeMap<&str, &StatefulSet>, members: &[Member]) -> Vec<Str
     out
 }
 
-pub fn plan(input: &Inputs) -> Decision {
+pub fn plan(input: &Inputs) -> Rollout {
     let sets = rolled(&input.statefulsets);
     if sets.is_empty() {
-        return Decision::default();
+        return Rollout::default();
     }
     let members = members(&input.pods, &sets);
     let mut waits = set_waits(&sets, &members);
     let outdated = members.iter().any(|m| m.outdated);
     let settled = waits.is_empty() && members.iter().all(|m| m.ready);
     if !outdated && (settled || !input.rolling) {
-        return Decision::default();
+        return Rollout::default();
     }
     let (chosen, zone) = choose(&members, input, &mut waits);
-    Decision {
+    Rollout {
         delete: chosen.iter().map(|m| m.victim()).collect(),
         status: Some(RolloutStatus {
             zone,
@@ -331,14 +314,23 @@ fn names_of(members: &[&Member]) -> String {
         .join(", ")
 }
 
-/// What one step decides from, out of the snapshot and the plan.
-pub fn inputs<'a>(stack: &'a LokiStack, snapshot: &'a Snapshot, plan: &'a Plan) -> Inputs<'a> {
+/// The stack asks to roll ring members during an outage.
+pub fn forced(stack: &LokiStack) -> bool {
+    stack
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_ROLL_DURING_OUTAGE))
+        .is_some_and(|v| v == "true")
+}
+
+/// What one step decides from, out of the snapshot and the findings.
+pub fn inputs<'a>(stack: &'a LokiStack, snapshot: &'a Snapshot, findings: &Findings) -> Inputs<'a> {
     let replication = stack.spec.replication.as_ref();
     Inputs {
         statefulsets: snapshot.statefulsets.iter().map(AsRef::as_ref).collect(),
         pods: snapshot.pod_refs(),
-        disrupted: plan
-            .findings
+        disrupted: findings
             .zone
             .iter()
             .flat_map(|z| z.disrupted().map(|u| (u.zone.clone(), z.state(&u.zone))))
@@ -349,6 +341,25 @@ pub fn inputs<'a>(stack: &'a LokiStack, snapshot: &'a Snapshot, plan: &'a Plan) 
         forced: forced(stack),
         rolling: stack.status.as_ref().is_some_and(|s| s.rollout.is_some()),
     }
+}
+
+/// This reconcile's rollout step. While the spec is held back (`applying` false) it
+/// deletes nothing, whatever it would roll: the stack is Degraded, and a failed check
+/// never deletes a running pod; the status says the rollout waits.
+pub fn step(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    findings: &Findings,
+    applying: bool,
+) -> Rollout {
+    let mut rollout = plan(&inputs(stack, snapshot, findings));
+    if !applying {
+        rollout.delete.clear();
+        if let Some(s) = rollout.status.as_mut() {
+            s.waiting_for = Some("the spec is held back (see the Degraded condition)".into());
+        }
+    }
+    rollout
 }
 
 #[cfg(test)]
@@ -458,7 +469,7 @@ mod tests {
         pods
     }
 
-    fn decide(sets: &[StatefulSet], pods: &[Pod], f: impl FnOnce(&mut Inputs)) -> Decision {
+    fn decide(sets: &[StatefulSet], pods: &[Pod], f: impl FnOnce(&mut Inputs)) -> Rollout {
         let mut input = Inputs {
             statefulsets: sets.iter().collect(),
             pods: pods.iter().collect(),
@@ -468,18 +479,18 @@ mod tests {
         plan(&input)
     }
 
-    fn deleted(d: &Decision) -> Vec<&str> {
+    fn deleted(d: &Rollout) -> Vec<&str> {
         d.delete.iter().map(|v| v.name.as_str()).collect()
     }
 
-    fn waiting(d: &Decision) -> String {
+    fn waiting(d: &Rollout) -> String {
         d.status
             .as_ref()
             .and_then(|s| s.waiting_for.clone())
             .unwrap_or_default()
     }
 
-    fn zone(d: &Decision) -> Option<&str> {
+    fn zone(d: &Rollout) -> Option<&str> {
         d.status.as_ref().and_then(|s| s.zone.as_deref())
     }
 
@@ -490,10 +501,10 @@ mod tests {
     fn nothing_outdated_is_no_rollout_and_no_status() {
         let sets = [set("ing", 6, "OnDelete")];
         let d = decide(&sets, &six([NEW; 6], ALL_READY), |_| {});
-        assert_eq!(d, Decision::default());
+        assert_eq!(d, Rollout::default());
         // A pod that is merely not Ready is no rollout either, unless one is under way.
         let pods = six([NEW; 6], [R, R, S, R, R, R]);
-        assert_eq!(decide(&sets, &pods, |_| {}), Decision::default());
+        assert_eq!(decide(&sets, &pods, |_| {}), Rollout::default());
         let d = decide(&sets, &pods, |i| i.rolling = true);
         assert!(d.delete.is_empty());
         assert_eq!(zone(&d), Some("b"));
@@ -504,7 +515,7 @@ mod tests {
     fn rolling_update_statefulsets_are_left_to_their_controller() {
         let sets = [set("ing", 6, "RollingUpdate")];
         let d = decide(&sets, &six([OLD; 6], ALL_READY), |_| {});
-        assert_eq!(d, Decision::default());
+        assert_eq!(d, Rollout::default());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! sends now.
 
 use crate::caches::rules::RuleKind;
+use crate::intent::RuleFindings;
 use crate::model::api::LokiStack;
 use crate::model::conditions::Reason;
 use crate::model::defaults::{RuleFile, RulerInput};
@@ -15,17 +16,6 @@ use crate::observe::{PickedRule, PickedSpec, RulesObserved, Snapshot};
 use crate::ruler::api::RulerConfigSpec;
 use crate::ruler::check::{check_alerting_rule, check_recording_rule, check_ruler_config};
 use crate::ruler::settings;
-
-/// What the stack's status says about its rules.
-#[derive(Debug, Default, PartialEq)]
-pub struct RuleFindings {
-    /// Picked rules that are not loaded, each with why (`AlertingRule ns/name: ...`).
-    pub not_loaded: Vec<String>,
-    /// Why the stack is held back, when its RulerConfig or remote-write Secret is wrong.
-    pub hold: Option<(Reason, String)>,
-    /// What else the user should know (rule kinds the server does not serve).
-    pub notes: Vec<String>,
-}
 
 /// The file and the errors of one picked rule.
 pub fn check(rule: &PickedRule) -> Result<RuleFile, Vec<String>> {

@@ -14,19 +14,11 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::model::defaults::Component;
+use crate::intent::{Action, Leaving, ScaleDown};
+use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::names;
 use crate::observe::Snapshot;
 use crate::render::Child;
-
-/// An ingester a scale-down removes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Leaving {
-    pub pod: String,
-    /// `http://<pod IP>:<http port>`; `None` when the pod is not running (never started,
-    /// or waiting to be scheduled): there is no Loki to ask.
-    pub base_url: Option<String>,
-}
 
 /// The ingester StatefulSet's replicas: as it runs, and as rendered now.
 pub fn replicas(snapshot: &Snapshot, children: &[Child], stack: &str) -> Option<(i32, i32)> {
@@ -81,19 +73,36 @@ fn running_ip(pod: &Pod) -> Option<&str> {
     status.pod_ip.as_deref().filter(|ip| !ip.is_empty())
 }
 
-/// Sets the ingester StatefulSet's replicas in the rendered children: the scale-down is
-/// held there until every leaving ingester is prepared.
-pub fn hold(children: &mut [Child], stack: &str, replicas: i32) {
-    let name = Component::Ingester.workload_name(stack);
-    for c in children.iter_mut() {
-        if let Child::StatefulSet(s) = c {
-            if s.metadata.name.as_deref() == Some(name.as_str()) {
-                if let Some(spec) = s.spec.as_mut() {
-                    spec.replicas = Some(replicas);
-                }
-            }
+/// The scale-down of this reconcile, when the rendered children shrink a zone-aware
+/// stack's ingesters: who leaves, and the ingester StatefulSet held at its current
+/// replicas, applied instead while one of them cannot be asked.
+pub fn plan(snapshot: &Snapshot, eff: &EffectiveStack, action: &Action) -> Option<ScaleDown> {
+    if !eff.zone_aware() {
+        return None;
+    }
+    let Action::Apply { children, .. } = action else {
+        return None;
+    };
+    let (running, wanted) = replicas(snapshot, children, &snapshot.name)?;
+    if wanted >= running {
+        return None;
+    }
+    let name = Component::Ingester.workload_name(&snapshot.name);
+    let mut held = children
+        .iter()
+        .find(|c| matches!(c, Child::StatefulSet(s) if s.metadata.name.as_deref() == Some(name.as_str())))?
+        .clone();
+    if let Child::StatefulSet(s) = &mut held {
+        if let Some(spec) = s.spec.as_mut() {
+            spec.replicas = Some(running);
         }
     }
+    Some(ScaleDown {
+        running,
+        wanted,
+        leaving: leaving(&snapshot.name, running, wanted, &snapshot.pod_refs()),
+        held,
+    })
 }
 
 #[cfg(test)]

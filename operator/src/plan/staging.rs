@@ -30,8 +30,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::model::api::{LokiStack, ZoneAwarenessStage, ZoneAwarenessStatus};
-use crate::model::conditions::pod_phase;
 use crate::model::conditions::PodPhase;
+use crate::model::conditions::{pod_phase, Happening};
 use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::duration::parse_duration;
 use crate::model::names;
@@ -292,31 +292,31 @@ impl Progress {
 pub fn transition(
     previous: Option<&ZoneAwarenessStatus>,
     next: Option<&ZoneAwarenessStatus>,
-) -> Option<(&'static str, String)> {
+) -> Option<(Happening, String)> {
     use ZoneAwarenessStage::{Disabling, Enabled, Enabling};
     let stage = |s: Option<&ZoneAwarenessStatus>| s.map(|s| s.stage);
     let at = |s: Option<&ZoneAwarenessStatus>| s.and_then(|s| s.read_path_at.clone());
     match (stage(previous), stage(next)) {
         (p, Some(Enabling)) if p != Some(Enabling) => Some((
-            "ZonesEnabling",
+            Happening::ZonesEnabling,
             "turning zones on: distributors and ingesters first; queriers and rulers keep asking every ingester".into(),
         )),
         (Some(Enabling), Some(Enabling)) if at(previous).is_none() => at(next).map(|t| {
             (
-                "ZonesWritePathReady",
+                Happening::ZonesWritePathReady,
                 format!("distributors and ingesters run zone-aware; queriers and rulers follow at {}", t.0),
             )
         }),
         (Some(Enabling), Some(Enabled)) => Some((
-            "ZonesEnabled",
+            Happening::ZonesEnabled,
             "queriers and rulers now read zone-aware: zone-aware replication is complete".into(),
         )),
         (p, Some(Disabling)) if p != Some(Disabling) => Some((
-            "ZonesDisabling",
+            Happening::ZonesDisabling,
             "turning zones off: queriers and rulers first; distributors and ingesters keep their zones until then".into(),
         )),
         (Some(Disabling), None) => Some((
-            "ZonesDisabled",
+            Happening::ZonesDisabled,
             "queriers and rulers read every ingester: zones are now turned off on distributors and ingesters".into(),
         )),
         _ => None,
@@ -707,7 +707,7 @@ mod tests {
         };
         use ZoneAwarenessStage::*;
         let reason = |p: Option<ZoneAwarenessStatus>, n: Option<ZoneAwarenessStatus>| {
-            transition(p.as_ref(), n.as_ref()).map(|(r, _)| r)
+            transition(p.as_ref(), n.as_ref()).map(|(r, _)| r.as_str())
         };
         assert_eq!(reason(None, Some(z(Enabling, None))), Some("ZonesEnabling"));
         assert_eq!(

@@ -1,8 +1,10 @@
 //! One reconcile of one LokiStack, as a pipeline:
 //!
-//! observe ([`Snapshot::take`], reads the caches) → plan ([`plan()`], pure) → apply
-//! ([`Applier::apply`], server-side apply) → status ([`status::compute`], pure; then
-//! [`report::write_status`], the only write of the stack).
+//! observe ([`observe()`]: the caches, the objects no cache holds, the webhooks' coverage)
+//! → plan ([`plan()`], pure, the only decider: the [`crate::intent::Intent`]) → act
+//! ([`execute`]: carries the Intent out, reports what happened) → report
+//! ([`status::report::report`], pure: the status and Events; [`report::publish`] writes
+//! them).
 //!
 //! A step that fails returns `Err` after the user has been told (an Event, and a Degraded
 //! condition where the status can still be computed), so [`error_policy`] retries it
@@ -15,26 +17,25 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Client, Resource, ResourceExt};
-use tracing::{info, warn};
+use tracing::warn;
 
-use crate::act::apply::{Applier, ApplyError, ApplyReport};
+use crate::act::apply::{Applier, ApplyError};
+use crate::act::execute::{execute, Actor};
 use crate::act::report::{self, Notifier};
-use crate::act::{recovery as recover_act, rollout, scale_down};
 use crate::caches::coverage::WebhookCoverage;
 use crate::caches::reflectors::Caches;
 use crate::caches::stacks;
-use crate::model::api::{LokiStack, LokiStackStatus, ManagementState, ZoneAwarenessStage};
-use crate::observe::{ruler_secret_keys, storage_ca_keys, ObserveError, Snapshot};
-use crate::plan::recovery;
-use crate::plan::staging;
-use crate::plan::{self, plan, Plan, PlanError};
+use crate::intent::Applied;
+use crate::model::api::{LokiStack, LokiStackStatus, ManagementState};
+use crate::model::conditions::{EventReason, Happening};
+use crate::observe::{observe, ObserveError, Snapshot};
+use crate::plan::{plan, PlanError};
 use crate::render::{ServerCapabilities, Settings};
-use crate::status::{self, Outcome};
+use crate::status;
 use crate::telemetry::metrics::{Metrics, StackView};
 
 /// How soon a failed reconcile runs again.
@@ -81,12 +82,12 @@ pub enum ReconcileError {
 
 impl ReconcileError {
     /// The Event reason, and the `result` label of the reconciles metric.
-    fn reason(&self) -> (&'static str, &'static str) {
+    fn reason(&self) -> (EventReason, &'static str) {
         match self {
-            ReconcileError::Observe(_) => ("ObserveFailed", "observe_failed"),
-            ReconcileError::Plan(_) => ("RenderFailed", "plan_failed"),
-            ReconcileError::Apply(e) => (e.reason().as_str(), "apply_failed"),
-            ReconcileError::Status(_) => ("StatusUpdateFailed", "status_failed"),
+            ReconcileError::Observe(_) => (Happening::ObserveFailed.into(), "observe_failed"),
+            ReconcileError::Plan(_) => (Happening::RenderFailed.into(), "plan_failed"),
+            ReconcileError::Apply(e) => (e.reason().into(), "apply_failed"),
+            ReconcileError::Status(_) => (Happening::StatusUpdateFailed.into(), "status_failed"),
         }
     }
 }
@@ -114,7 +115,9 @@ pub async fn reconcile(
     }
     let result = pipeline(&stack, &ctx).await;
     let label = match &result {
-        Ok((Outcome::HeldBack, _)) => "held_back",
+        Ok(Next {
+            held_back: true, ..
+        }) => "held_back",
         Ok(_) => "ok",
         Err(e) => {
             let (reason, label) = e.reason();
@@ -130,215 +133,57 @@ pub async fn reconcile(
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
-    result.map(|(outcome, next)| match outcome {
-        // Some causes of a hold-back send no change when fixed (a CA ConfigMap, which is
-        // not watched): look again soon, which costs reads only.
-        Outcome::HeldBack => Action::requeue(ctx.resync.min(HELD_BACK_RETRY)),
-        _ if next.rolling => Action::requeue(ctx.resync.min(ROLLOUT_RETRY)),
-        _ => Action::requeue(next.wake.map_or(ctx.resync, |w| ctx.resync.min(w))),
+    result.map(|next| {
+        if next.held_back {
+            // Some causes of a hold-back send no change when fixed (a CA ConfigMap, which
+            // is not watched): look again soon, which costs reads only.
+            Action::requeue(ctx.resync.min(HELD_BACK_RETRY))
+        } else if next.rolling {
+            Action::requeue(ctx.resync.min(ROLLOUT_RETRY))
+        } else {
+            Action::requeue(next.wake.map_or(ctx.resync, |w| ctx.resync.min(w)))
+        }
     })
 }
 
 /// When a reconcile that went through must run again without a change to trigger it.
 struct Next {
+    /// The spec is held back.
+    held_back: bool,
     /// A rollout, a scale-down or a change of zones is under way.
     rolling: bool,
     /// The stage of turning zones on moves on at a set time.
     wake: Option<Duration>,
 }
 
-/// observe → plan → (prepare a scale-down) → apply → rollout → status. Returns what the apply step did and
-/// whether a rollout is under way; a failed apply is an error once the status shows it.
-async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<(Outcome, Next), ReconcileError> {
-    let mut snapshot = Snapshot::take(&ctx.caches, stack)?;
-    snapshot.storage_ca_keys = storage_ca_keys(&ctx.client, stack, &snapshot.namespace).await?;
-    snapshot.rules.remote_write_secret_keys =
-        ruler_secret_keys(&ctx.client, &snapshot.rules, &snapshot.namespace).await?;
-    snapshot.disruptions_by_zone = disruptions_by_zone(ctx, stack, &snapshot.namespace).await;
-    let mut plan = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
-    let scale_down_held = scale_down::step(&ctx.notify, stack, &snapshot, &mut plan).await;
-    let applied = apply(ctx, &snapshot, &plan).await;
-    let outcome = match &applied {
-        Ok(None) => Outcome::HeldBack,
-        Ok(Some(_)) => Outcome::Applied,
-        Err(e) => Outcome::Failed {
-            reason: e.reason(),
-            message: e.to_string(),
-        },
-    };
-    let now = Timestamp::now();
-    let recovered = recover(ctx, stack, &snapshot, &plan, now).await;
-    let rollout = rollout::step(
-        &ctx.client,
-        &ctx.caches,
-        &ctx.notify,
-        stack,
-        &snapshot,
-        &plan,
-    )
-    .await;
-    let stage = plan.zone_awareness.as_ref();
-    let next = Next {
-        rolling: rollout.is_some() || scale_down_held || staging::under_way(stage),
-        wake: staging::wake_after(stage, now),
-    };
-    let mut new = status::compute(stack, &snapshot, &plan, &outcome, &recovered, now);
-    new.rollout = rollout;
-    report::write_status(&ctx.client, &ctx.notify, stack, &new)
+/// observe → plan → act → report. A failed apply is an error once the status shows it.
+async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Next, ReconcileError> {
+    let snapshot = observe(&ctx.client, &ctx.caches, &ctx.webhook_coverage, stack).await?;
+    let intent = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
+    let (done, applied) = execute(&ctx.actor(), &snapshot, &intent).await;
+    let report = status::report::report(stack, &snapshot, &intent, &done);
+    report::publish(&ctx.client, &ctx.notify, stack, &report)
         .await
         .map_err(ReconcileError::Status)?;
-    announce_stage(ctx, stack, &plan).await;
-    record(ctx, &snapshot, stack, &new);
+    record(ctx, &snapshot, stack, &report.status);
     applied?;
-    Ok((outcome, next))
+    Ok(Next {
+        held_back: done.applied == Applied::HeldBack,
+        rolling: report.rolling,
+        wake: intent.wake_after,
+    })
 }
 
-/// An Event when turning zones on or off moves to its next stage; once the status that
-/// shows it is written, so a failed write does not announce it twice.
-async fn announce_stage(ctx: &Context, stack: &LokiStack, plan: &Plan) {
-    let previous = stack
-        .status
-        .as_ref()
-        .and_then(|s| s.zone_awareness.as_ref());
-    if let Some((reason, note)) = staging::transition(previous, plan.zone_awareness.as_ref()) {
-        info!(stack = %stack.name_any(), namespace = ?stack.namespace(), "{note}");
-        let object = stack.object_ref(&());
-        ctx.notify
-            .event(&object, EventType::Normal, reason, note)
-            .await;
-    }
-}
-
-/// The zone-outage recovery of the stack's movable pods (`plan/recovery.rs` decides,
-/// `act/recovery.rs` deletes): run when
-/// the stack opted in, else only listed for the condition. Every pod moved gets an Event.
-async fn recover(
-    ctx: &Context,
-    stack: &LokiStack,
-    snapshot: &Snapshot,
-    plan: &Plan,
-    now: Timestamp,
-) -> recovery::Report {
-    let Some(grace) = recovery::grace(stack) else {
-        let manual = recovery::candidates(snapshot, plan, Duration::ZERO, now)
-            .into_iter()
-            .filter(|m| m.step == recovery::Step::MoveOut)
-            .collect();
-        return recovery::Report {
-            manual,
-            ..Default::default()
-        };
-    };
-    let moves = recovery::candidates(snapshot, plan, grace, now);
-    if moves.is_empty() {
-        return recovery::Report::default();
-    }
-    let report = recover_act::run(&ctx.client, &snapshot.namespace, moves).await;
-    let object = stack.object_ref(&());
-    for m in &report.moved {
-        let note = match (&m.step, &m.zone) {
-            (recovery::Step::MoveOut, Some(zone)) => format!(
-                "zone {zone} unavailable for longer than spec.replication.zoneOutage.recoverAfter: deleted the claims {} and force-deleted pod {}; its StatefulSet recreates it in an available zone",
-                m.claims.join(", "),
-                m.pod
-            ),
-            _ => format!(
-                "pod {} waited on claims that were deleted: deleted it, so its StatefulSet creates it with new claims in an available zone",
-                m.pod
-            ),
-        };
-        info!(stack = %snapshot.name, namespace = %snapshot.namespace, pod = %m.pod, "{note}");
-        ctx.notify
-            .event(&object, EventType::Normal, "ZoneOutageRecovery", note)
-            .await;
-    }
-    for (m, why) in &report.failed {
-        let note = format!("cannot move pod {} out of the lost zone: {why}", m.pod);
-        ctx.notify
-            .event(
-                &object,
-                EventType::Warning,
-                "ZoneOutageRecoveryFailed",
-                note,
-            )
-            .await;
-    }
-    report
-}
-
-/// `None` when the plan holds the spec back.
-async fn apply(
-    ctx: &Context,
-    snapshot: &Snapshot,
-    plan: &Plan,
-) -> Result<Option<ApplyReport>, ApplyError> {
-    let plan::Action::Apply {
-        children, stale, ..
-    } = &plan.action
-    else {
-        return Ok(None);
-    };
-    wait_for_webhook(ctx, snapshot, plan).await;
-    let result = ctx.applier.apply(snapshot, children, stale).await;
-    let applies = &ctx.metrics.applies;
-    match &result {
-        Ok(r) => {
-            Metrics::count(applies, "applied", r.applied as u64);
-            Metrics::count(applies, "unchanged", r.unchanged as u64);
-            Metrics::count(applies, "pruned", r.pruned as u64);
-            if r.applied > 0 || r.pruned > 0 {
-                info!(stack = %snapshot.name, namespace = %snapshot.namespace, applied = r.applied, unchanged = r.unchanged, pruned = r.pruned, "applied");
-            }
+impl Context {
+    fn actor(&self) -> Actor<'_> {
+        Actor {
+            client: &self.client,
+            caches: &self.caches,
+            applier: &self.applier,
+            bind_coverage: self.webhook_coverage.bind.as_ref(),
+            metrics: &self.metrics,
         }
-        Err(_) => Metrics::count(applies, "failed", 1),
     }
-    result.map(Some)
-}
-
-/// A zone-aware stack's workloads wait (briefly) until the zone-at-bind webhook covers
-/// their namespace, so that their pods are zoned in the binding from the first one. The
-/// wait ends at once when covered, and gives up after a few seconds: the annotator zones
-/// what the webhook does not.
-async fn wait_for_webhook(ctx: &Context, snapshot: &Snapshot, plan: &Plan) {
-    // While zones are turned off the webhook no longer covers the stack: its ring
-    // members keep their zones, and the annotator writes them.
-    let turning_off = plan
-        .zone_awareness
-        .as_ref()
-        .is_some_and(|z| z.stage == ZoneAwarenessStage::Disabling);
-    let (Some(coverage), true) = (
-        &ctx.webhook_coverage.bind,
-        plan.eff.zone_aware() && !turning_off,
-    ) else {
-        return;
-    };
-    if !coverage.wait_for(&snapshot.namespace).await {
-        warn!(namespace = %snapshot.namespace, "the zone-at-bind webhook does not cover this namespace yet; applying anyway, the annotator zones the pods");
-    }
-}
-
-/// Whether the zone-disruption webhook decides the evictions of this zone-aware stack's
-/// ingesters, so their PodDisruptionBudget can allow a whole zone. The first reconcile
-/// of a new stack waits (briefly) for the configuration to cover its namespace; until it
-/// does, the budget stays at one ingester.
-async fn disruptions_by_zone(ctx: &Context, stack: &LokiStack, namespace: &str) -> bool {
-    if !crate::model::defaults::zone_aware(&stack.spec) {
-        return false;
-    }
-    // Both keepers are woken at once: the zone-at-bind wait before the apply then finds
-    // its namespace covered already, instead of adding a second wait after this one.
-    let bind = async {
-        if let Some(c) = &ctx.webhook_coverage.bind {
-            c.wait_for(namespace).await;
-        }
-    };
-    let disruptions = async {
-        match &ctx.webhook_coverage.disruptions {
-            Some(c) => c.wait_for(namespace).await,
-            None => false,
-        }
-    };
-    tokio::join!(bind, disruptions).1
 }
 
 /// Housekeeping for stacks deleted without a finalizer, which are never reconciled again;

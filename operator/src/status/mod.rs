@@ -2,19 +2,17 @@
 //! plan and what the apply step did. It is written once per reconcile, and only when it
 //! differs from what the stack already shows.
 
-pub mod rules;
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::Timestamp;
 
 use crate::checks::podzone::{decide, PodZone};
 use crate::checks::zones::{
     self, name_list, write_quorum, zone_failures_tolerated, DownZone, ZoneCheck, ZoneState,
     ZoneVerdict,
 };
+use crate::intent::{Action, Applied, Done, Intent, Move, Recovered, Recovery};
 use crate::model::api::{
     LokiStack, LokiStackComponentStatus, LokiStackStatus, PodStatusMap, ReplicationStatus,
     ZoneStatus,
@@ -24,19 +22,9 @@ use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::names;
 use crate::observe::Snapshot;
-use crate::plan::recovery::{Move, Report};
-use crate::plan::{Action, Plan};
 
-/// What the apply step did with the plan.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The plan held the spec back; nothing was sent.
-    HeldBack,
-    /// Every child of the current generation is applied.
-    Applied,
-    /// The apply failed: what to show the user.
-    Failed { reason: Reason, message: String },
-}
+pub mod report;
+pub mod rules;
 
 fn component_of(pod: &Pod) -> Option<Component> {
     pod.metadata
@@ -194,12 +182,13 @@ impl Stamp {
 
 /// The Degraded reason and message: a finding that holds the spec back, else writes
 /// without quorum, else a failed apply.
-fn degraded(plan: &Plan, outcome: &Outcome, down: &[&str]) -> Option<(Reason, String)> {
-    plan.findings
+fn degraded(intent: &Intent, applied: &Applied, down: &[&str]) -> Option<(Reason, String)> {
+    intent
+        .findings
         .hold_back()
-        .or_else(|| quorum_lost(plan, down))
-        .or(match outcome {
-            Outcome::Failed { reason, message } => Some((*reason, message.clone())),
+        .or_else(|| quorum_lost(intent, down))
+        .or(match applied {
+            Applied::Failed { reason, message } => Some((*reason, message.clone())),
             _ => None,
         })
 }
@@ -226,8 +215,8 @@ fn not_serving<'a>(z: &'a ZoneCheck, per_zone: &[ZoneStatus]) -> Vec<&'a str> {
 }
 
 /// `down`: the zones [`not_serving`] now.
-fn quorum_lost(plan: &Plan, down: &[&str]) -> Option<(Reason, String)> {
-    let z = plan.findings.zone.as_ref()?;
+fn quorum_lost(intent: &Intent, down: &[&str]) -> Option<(Reason, String)> {
+    let z = intent.findings.zone.as_ref()?;
     if z.write_quorum_met_without(down.len()) {
         return None;
     }
@@ -244,12 +233,12 @@ fn quorum_lost(plan: &Plan, down: &[&str]) -> Option<(Reason, String)> {
 }
 
 /// What the zone-outage recovery did, waits for, or leaves to an admin.
-fn recovery_note(r: &Report, namespace: &str) -> String {
+fn recovery_note(r: &Recovery, done: &Recovered, namespace: &str) -> String {
     let mut out = String::new();
     let pods =
         |moves: &[Move]| name_list(&moves.iter().map(|m| m.pod.as_str()).collect::<Vec<_>>());
-    if !r.moved.is_empty() {
-        out += &format!(" Moving out of the lost zone: {}.", pods(&r.moved));
+    if !done.moved.is_empty() {
+        out += &format!(" Moving out of the lost zone: {}.", pods(&done.moved));
     }
     if let Some(first) = r.waiting.iter().filter_map(|m| m.due).min() {
         out += &format!(
@@ -257,7 +246,7 @@ fn recovery_note(r: &Report, namespace: &str) -> String {
             pods(&r.waiting)
         );
     }
-    for (m, why) in &r.failed {
+    for (m, why) in &done.failed {
         out += &format!(
             " {} could not be moved: {why}: {}.",
             m.pod,
@@ -329,12 +318,12 @@ fn unavailable_zone_line(u: &DownZone, pods: &[String]) -> String {
 }
 
 fn zone_unavailable(
-    plan: &Plan,
+    intent: &Intent,
     snapshot: &Snapshot,
-    recovery: &Report,
+    recovery: (&Recovery, &Recovered),
     down: &[&str],
 ) -> Option<(Reason, String)> {
-    let z = plan.findings.zone.as_ref()?;
+    let z = intent.findings.zone.as_ref()?;
     if z.unavailable.is_empty() {
         return None;
     }
@@ -353,28 +342,28 @@ fn zone_unavailable(
         format!(
             "{}. {quorum}Do not lower the replication factor or restart ingesters in the available zones while it lasts; see docs/zone-failure-runbook.md.{}{}",
             zones.join("; "),
-            held_note(plan),
-            recovery_note(recovery, &snapshot.namespace)
+            held_note(intent),
+            recovery_note(recovery.0, recovery.1, &snapshot.namespace)
         ),
     ))
 }
 
 /// The ring members whose new spec waits while a zone is disrupted.
-fn held_note(plan: &Plan) -> String {
-    if plan.held.is_empty() {
+fn held_note(intent: &Intent) -> String {
+    if intent.held.is_empty() {
         return String::new();
     }
     format!(
         " {} are not rolled until every zone is back (annotate the LokiStack {}=true to roll them now).",
-        name_list(&plan.held),
+        name_list(&intent.held),
         names::ANNOTATION_ROLL_DURING_OUTAGE
     )
 }
 
 /// Zones cordoned or draining: planned work, not an outage. Their ingesters serve until
 /// drained; meanwhile no other zone is disrupted on the operator's account.
-fn zone_maintenance(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, String)> {
-    let z = plan.findings.zone.as_ref()?;
+fn zone_maintenance(intent: &Intent, per_zone: &[ZoneStatus]) -> Option<(Reason, String)> {
+    let z = intent.findings.zone.as_ref()?;
     if z.maintenance.is_empty() {
         return None;
     }
@@ -401,7 +390,7 @@ fn zone_maintenance(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, Str
         .collect();
     // With an outage as well, the outage's message carries the held StatefulSets.
     let held = if z.unavailable.is_empty() {
-        held_note(plan)
+        held_note(intent)
     } else {
         String::new()
     };
@@ -416,18 +405,18 @@ fn zone_maintenance(plan: &Plan, per_zone: &[ZoneStatus]) -> Option<(Reason, Str
 
 /// Every warning, the most pressing first: its reason becomes the condition's.
 fn warnings(
-    plan: &Plan,
+    intent: &Intent,
     snapshot: &Snapshot,
-    recovery: &Report,
+    recovery: (&Recovery, &Recovered),
     pod_zones: &PodZones,
     per_zone: &[ZoneStatus],
     down: &[&str],
 ) -> Vec<(Reason, String)> {
-    let mut out: Vec<(Reason, String)> = zone_unavailable(plan, snapshot, recovery, down)
+    let mut out: Vec<(Reason, String)> = zone_unavailable(intent, snapshot, recovery, down)
         .into_iter()
-        .chain(zone_maintenance(plan, per_zone))
+        .chain(zone_maintenance(intent, per_zone))
         .collect();
-    if let Some(f) = plan
+    if let Some(f) = intent
         .findings
         .storage_class
         .as_ref()
@@ -453,14 +442,14 @@ fn warnings(
             ),
         ));
     }
-    out.extend(evictions_off(plan));
-    out.extend(rules_warning(plan));
-    out.extend(migration_warnings(plan));
-    if let Some(a) = &plan.findings.annotation {
+    out.extend(evictions_off(intent));
+    out.extend(rules_warning(intent));
+    out.extend(migration_warnings(intent));
+    if let Some(a) = &intent.findings.annotation {
         out.push((Reason::InvalidAnnotation, format!("{a}. Fix or remove it")));
     }
     // Advice about the layout, not about something happening now: last.
-    if let Some(z) = plan
+    if let Some(z) = intent
         .findings
         .zone
         .as_ref()
@@ -472,22 +461,22 @@ fn warnings(
 }
 
 /// Zone-aware evictions switched off stay a Warning until switched back on.
-fn evictions_off(plan: &Plan) -> Option<(Reason, String)> {
-    (plan.findings.zone_evictions_off && plan.eff.zone_aware()).then(|| {
+fn evictions_off(intent: &Intent) -> Option<(Reason, String)> {
+    (intent.findings.zone_evictions_off && intent.eff.zone_aware()).then(|| {
         (
             Reason::ZoneAwareEvictionsOff,
             format!(
                 "{}=false: the zone-disruption webhook lets every ingester of this stack be evicted; only its PodDisruptionBudget limits a drain ({} ingester(s) at once, from any zones), so a drain may take two copies of a stream and stop its writes. Remove the annotation once the drain is done",
                 names::ANNOTATION_ZONE_AWARE_EVICTIONS,
-                plan.eff.ingester_disruptions
+                intent.eff.ingester_disruptions
             ),
         )
     })
 }
 
 /// Rules the stack picks that are not loaded, and what keeps rules from being picked.
-fn rules_warning(plan: &Plan) -> Option<(Reason, String)> {
-    let r = &plan.findings.rules;
+fn rules_warning(intent: &Intent) -> Option<(Reason, String)> {
+    let r = &intent.findings.rules;
     let mut parts = Vec::new();
     if !r.not_loaded.is_empty() {
         parts.push(format!(
@@ -501,12 +490,12 @@ fn rules_warning(plan: &Plan) -> Option<(Reason, String)> {
 
 /// What a stack migrated from the Go Loki Operator carries that this operator does not
 /// act on: fields it keeps, and objects it leaves running.
-fn migration_warnings(plan: &Plan) -> Vec<(Reason, String)> {
+fn migration_warnings(intent: &Intent) -> Vec<(Reason, String)> {
     let mut out = Vec::new();
-    if let Some(m) = go_compat::warning(&plan.findings.unsupported) {
+    if let Some(m) = go_compat::warning(&intent.findings.unsupported) {
         out.push((Reason::UnsupportedFields, m));
     }
-    if let Action::Apply { left, .. } = &plan.action {
+    if let Action::Apply { left, .. } = &intent.action {
         if !left.is_empty() {
             let names: Vec<String> = left.iter().map(|(k, n)| format!("{k} {n}")).collect();
             out.push((
@@ -521,16 +510,15 @@ fn migration_warnings(plan: &Plan) -> Vec<(Reason, String)> {
     out
 }
 
-/// Computes the whole status. `now` is only used for conditions whose status changes:
+/// Computes the whole status of what `intent` decided and `done` came to. The clock is
+/// the snapshot's (`intent.now`), and it shows only in conditions whose status changes:
 /// an unchanged condition keeps its transition time, so an idle resync computes an
 /// identical status and sends nothing.
 pub fn compute(
     stack: &LokiStack,
     snapshot: &Snapshot,
-    plan: &Plan,
-    outcome: &Outcome,
-    recovery: &Report,
-    now: Timestamp,
+    intent: &Intent,
+    done: &Done,
 ) -> LokiStackStatus {
     let previous = stack.status.clone().unwrap_or_default();
     let generation = stack.metadata.generation;
@@ -542,7 +530,7 @@ pub fn compute(
     };
     let by_component = components(&pods, lost);
     let pod_zones = pod_zones(&pods, |n| snapshot.node(n));
-    let zone = plan.findings.zone.as_ref();
+    let zone = intent.findings.zone.as_ref();
     let per_zone = zone.map(|z| zone_status(z, snapshot)).unwrap_or_default();
     // Pods of a zone in maintenance are expected missing as much as those of a lost one.
     let outage = zone
@@ -550,34 +538,34 @@ pub fn compute(
         .filter(|(down, _)| *down > 0);
     // The zones holding no serving copy, decided once for the quorum everywhere below.
     let down = zone.map(|z| not_serving(z, &per_zone)).unwrap_or_default();
-    let degraded = degraded(plan, outcome, &down);
-    let applied = *outcome == Outcome::Applied;
+    let degraded = degraded(intent, &done.applied, &down);
+    let applied = matches!(done.applied, Applied::Done(_));
     // A spec applied by an earlier reconcile counts as long as nothing degrades it.
     let current_applied =
         applied || (previous.observed_generation == generation && degraded.is_none());
     let stamp = Stamp {
         generation,
-        now: Time(now),
+        now: Time(intent.now),
     };
+    let recovery = (&intent.recovery, &done.recovered);
     let desired = conditions(
         &stamp,
-        &Counts::of(&by_component, &plan.eff, outage),
+        &Counts::of(&by_component, &intent.eff, outage),
         current_applied,
         degraded,
-        &warnings(plan, snapshot, recovery, &pod_zones, &per_zone, &down),
+        &warnings(intent, snapshot, recovery, &pod_zones, &per_zone, &down),
     );
     LokiStackStatus {
         conditions: keep_transition_times(desired, &previous.conditions),
         components: Some(component_status(&by_component)),
-        replication: Some(replication(plan, &pod_zones, down.len(), per_zone)),
+        replication: Some(replication(intent, &pod_zones, down.len(), per_zone)),
         observed_generation: if applied {
             generation
         } else {
             previous.observed_generation
         },
-        // The rollout step's own report, set by the reconcile (`rollout::run::step`).
-        rollout: None,
-        zone_awareness: plan.zone_awareness.clone(),
+        rollout: intent.rollout.status.clone(),
+        zone_awareness: intent.zone_awareness.clone(),
     }
 }
 
@@ -702,12 +690,12 @@ fn keep_transition_times(desired: Vec<Condition>, previous: &[Condition]) -> Vec
 }
 
 fn replication(
-    plan: &Plan,
+    intent: &Intent,
     pod_zones: &PodZones,
     down: usize,
     per_zone: Vec<ZoneStatus>,
 ) -> ReplicationStatus {
-    match &plan.findings.zone {
+    match &intent.findings.zone {
         Some(z) => {
             let serving = z.write_quorum_met_without(down);
             ReplicationStatus {
@@ -727,8 +715,8 @@ fn replication(
             }
         }
         None => ReplicationStatus {
-            factor: plan.eff.replication_factor,
-            write_quorum: write_quorum(plan.eff.replication_factor),
+            factor: intent.eff.replication_factor,
+            write_quorum: write_quorum(intent.eff.replication_factor),
             pods_without_zone: pod_zones.without_zone.clone(),
             ..Default::default()
         },
@@ -816,26 +804,23 @@ mod tests {
     use super::*;
     use crate::checks::validate::InvalidSpec;
     use crate::checks::zones::{check, ZoneCheck};
+    use crate::intent::{Applied, Findings, Intent};
     use crate::model::api::LokiStackSize;
     use crate::model::defaults::effective;
     use crate::model::storage::StorageSecretError;
-    use crate::plan::{Action, Findings};
-    use crate::testing::{node, stack, stack_spec, zoned_spec, ZONE};
+    use crate::testing::{applied, done, intent, node, stack, stack_spec, zoned_spec, ZONE};
     use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
     use kube::api::ObjectMeta;
     use std::sync::Arc;
 
-    fn plan_with(s: &LokiStack, zone: Option<ZoneCheck>) -> Plan {
-        Plan {
-            eff: effective(&s.spec),
-            findings: Findings {
+    fn plan_with(s: &LokiStack, zone: Option<ZoneCheck>) -> Intent {
+        intent(
+            effective(&s.spec),
+            Findings {
                 zone,
                 ..Default::default()
             },
-            action: Action::HoldBack,
-            held: Vec::new(),
-            zone_awareness: None,
-        }
+        )
     }
 
     fn snapshot_with(pods: Vec<Pod>) -> Snapshot {
@@ -893,16 +878,15 @@ mod tests {
             .collect()
     }
 
-    /// The status at the epoch, with no zone-outage recovery done.
-    fn computed(s: &LokiStack, snap: &Snapshot, plan: &Plan, outcome: &Outcome) -> LokiStackStatus {
-        compute(
-            s,
-            snap,
-            plan,
-            outcome,
-            &Report::default(),
-            Timestamp::UNIX_EPOCH,
-        )
+    /// The status of `plan` (at its clock) when the apply came to `outcome`, with no
+    /// zone-outage recovery done.
+    fn computed(
+        s: &LokiStack,
+        snap: &Snapshot,
+        plan: &Intent,
+        outcome: &Applied,
+    ) -> LokiStackStatus {
+        compute(s, snap, plan, &done(outcome.clone()))
     }
 
     fn cond(s: &LokiStackStatus, t: ConditionType) -> &Condition {
@@ -940,7 +924,7 @@ mod tests {
         ];
         let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
-        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let st = computed(&s, &snap, &plan, &applied());
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
@@ -979,7 +963,7 @@ mod tests {
         let nodes = [node("a", &[(ZONE, "a")]), node("b", &[(ZONE, "b")])];
         let plan = plan_with(&s, Some(check(&eff, &nodes, &[])));
         let snap = snapshot_with(all_ready_pods(&eff));
-        let st = computed(&s, &snap, &plan, &Outcome::HeldBack);
+        let st = computed(&s, &snap, &plan, &Applied::HeldBack);
         assert_eq!(st.observed_generation, Some(1));
         let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
@@ -995,18 +979,14 @@ mod tests {
         let s0 = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
         let plan = plan_with(&s0, None);
         let snap = Snapshot::default();
-        let first = computed(&s0, &snap, &plan, &Outcome::Applied);
+        let first = computed(&s0, &snap, &plan, &applied());
         let mut s1 = s0.clone();
         s1.status = Some(first.clone());
-        let later = Timestamp::from_second(1_000_000).expect("ts");
-        let second = compute(
-            &s1,
-            &snap,
-            &plan,
-            &Outcome::Applied,
-            &Report::default(),
-            later,
-        );
+        let later = Intent {
+            now: k8s_openapi::jiff::Timestamp::from_second(1_000_000).expect("ts"),
+            ..plan_with(&s0, None)
+        };
+        let second = computed(&s1, &snap, &later, &applied());
         assert_eq!(first, second, "an idle resync computes an identical status");
         assert!(changed_conditions(&first, &second).is_empty());
         // A new stack: only its True conditions are news.
@@ -1043,7 +1023,7 @@ mod tests {
         )
         .expect("plan");
         plan.eff.ingester_disruptions = 2;
-        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let st = computed(&s, &snap, &plan, &applied());
         let w = cond(&st, ConditionType::Warning);
         assert_eq!(w.reason, "ZoneAwareEvictionsOff", "{}", w.message);
         assert!(
@@ -1124,7 +1104,7 @@ mod tests {
             ..Default::default()
         });
         let plan = plan_with(&s, None);
-        let outcome = Outcome::Failed {
+        let outcome = Applied::Failed {
             reason: Reason::ApplyFailed,
             message: "server-side apply of Service s-distributor-http failed".into(),
         };
@@ -1140,7 +1120,7 @@ mod tests {
     }
 
     /// RF 3 over zones a, b, c: every component's pods spread one per zone, zone c down.
-    fn outage(down: &[&str]) -> (LokiStack, Snapshot, Plan) {
+    fn outage(down: &[&str]) -> (LokiStack, Snapshot, Intent) {
         cluster(|z, n| {
             if down.contains(&z) {
                 n.status = None;
@@ -1150,7 +1130,7 @@ mod tests {
 
     /// A stack with every pod Ready on one node per zone a, b, c, each node as `edit`
     /// leaves it.
-    fn cluster(edit: impl Fn(&str, &mut Node)) -> (LokiStack, Snapshot, Plan) {
+    fn cluster(edit: impl Fn(&str, &mut Node)) -> (LokiStack, Snapshot, Intent) {
         let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
         let eff = effective(&s.spec);
         let zones = ["a", "b", "c"];
@@ -1197,7 +1177,7 @@ mod tests {
     #[test]
     fn one_zone_down_stays_ready_and_names_zone_nodes_and_pods() {
         let (s, snap, plan) = outage(&["c"]);
-        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let st = computed(&s, &snap, &plan, &applied());
         assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
@@ -1248,7 +1228,7 @@ mod tests {
             }
         };
         let (s, snap, plan) = cluster(cordon);
-        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let st = computed(&s, &snap, &plan, &applied());
         assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
         assert_eq!(cond(&st, ConditionType::Degraded).status, "False");
         let w = cond(&st, ConditionType::Warning);
@@ -1284,7 +1264,7 @@ mod tests {
         });
         snap.pods
             .retain(|p| p.metadata.name.as_deref() != Some("ingester-2"));
-        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let st = computed(&s, &snap, &plan, &applied());
         let r = st.replication.clone().expect("replication");
         assert_eq!(r.write_quorum_met, Some(false));
         assert_eq!(r.zones_available, ["a", "c"]);
@@ -1300,7 +1280,7 @@ mod tests {
     #[test]
     fn two_zones_down_lose_the_write_quorum() {
         let (s, snap, plan) = outage(&["b", "c"]);
-        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let st = computed(&s, &snap, &plan, &applied());
         let d = cond(&st, ConditionType::Degraded);
         assert_eq!(
             (d.status.as_str(), d.reason.as_str()),
@@ -1319,7 +1299,7 @@ mod tests {
     #[test]
     fn all_zones_up_tolerate_one() {
         let (s, snap, plan) = outage(&[]);
-        let st = computed(&s, &snap, &plan, &Outcome::Applied);
+        let st = computed(&s, &snap, &plan, &applied());
         assert_eq!(cond(&st, ConditionType::Ready).status, "True");
         assert_eq!(cond(&st, ConditionType::Warning).status, "False");
         assert_eq!(st.replication.expect("r").zone_failures_tolerated, Some(1));
@@ -1342,7 +1322,7 @@ mod tests {
                 "s-gateway".into(),
             )],
         };
-        let st = computed(&s, &snapshot_with(Vec::new()), &plan, &Outcome::Applied);
+        let st = computed(&s, &snapshot_with(Vec::new()), &plan, &applied());
         let w = cond(&st, ConditionType::Warning);
         assert_eq!(w.status, "True");
         assert_eq!(w.reason, "UnsupportedFields");
