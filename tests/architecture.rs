@@ -27,10 +27,6 @@ const ROOMS: &[&str] = &[
     "render",
     // Metrics and the health/metrics HTTP server.
     "telemetry",
-    // The webhooks' certificate authority: when to issue and rotate, the Secret format.
-    "pki",
-    // Pure: what the caches keep of each object, and predicates on the kept fields.
-    "strip",
     // The one set of reflector caches of the process, and what their changes trigger.
     "caches",
     // A snapshot of one stack's world, read from the caches.

@@ -5,27 +5,28 @@
 //! from a room below it, and never in a circle (`tests/architecture.rs` checks both).
 //! Bottom to top:
 //!
-//! - [`model`]: the LokiStack API, names, conditions, defaults: the shared vocabulary.
+//! - [`model`]: the LokiStack API, names, conditions and Event reasons, defaults, what a
+//!   pod's labels and an object's field managers say: the shared vocabulary.
 //! - [`checks`]: pure checks of what the cluster offers (zones, storage classes and
 //!   volumes, a pod's zone) and of the spec.
 //! - [`ruler`]: the ruler's API (AlertingRule, RecordingRule, RulerConfig) and, pure,
 //!   its checks, which rules a stack picks, and a RulerConfig as Loki settings.
 //! - [`render`]: every Loki object, rendered from the templates and parsed into types.
 //! - [`telemetry`]: metrics and the health/metrics HTTP server.
-//! - [`pki`]: the webhooks' certificate authority, pure: when to issue and rotate.
-//! - [`strip`]: pure: what the caches keep of each object (only what the operator
-//!   reads), and the small predicates on those kept fields.
-//! - [`caches`]: the one set of reflector caches of the process, outliving leadership.
+//! - [`caches`]: the one set of reflector caches of the process, outliving leadership,
+//!   what they keep of each object, and what the webhook configurations cover.
 //! - [`observe`]: one stack's snapshot, read from the caches.
 //! - [`intent`]: the vocabulary between deciding and doing: what one reconcile will do
 //!   ([`intent::Intent`]) and what came of it ([`intent::Done`]).
 //! - [`plan`]: the only decider, pure: the Intent of a stack (what to apply, zone
 //!   stages, rollouts, scale-downs, recovery, Events).
-//! - [`status`]: pure: the status a stack should show.
+//! - [`status`]: pure: the status a stack should show and the Events of a reconcile,
+//!   from its Intent and what came of it.
 //! - [`act`]: carries an Intent out and publishes the report: server-side apply,
 //!   take-over, deletes, Events, status. It imports nothing of `plan`.
-//! - [`webhook`]: the admission webhooks every replica serves, and their registration.
-//! - [`reconcile`]: one reconcile (observe → plan → act → status), and its controller.
+//! - [`webhook`]: the admission webhooks every replica serves, their registration, and
+//!   their own certificate authority.
+//! - [`reconcile`]: one reconcile (observe → plan → act → report), and its controller.
 //! - [`annotator`]: the pod zone annotator.
 //! - [`lead`]: `run`: leader election and the term that owns what only the leader does.
 //! - [`cli`]: the command line.
@@ -41,13 +42,11 @@ pub mod intent;
 pub mod lead;
 pub mod model;
 pub mod observe;
-pub mod pki;
 pub mod plan;
 pub mod reconcile;
 pub mod render;
 pub mod ruler;
 pub mod status;
-pub mod strip;
 pub mod telemetry;
 pub mod webhook;
 

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 use tracing::info;
 
 use crate::model::names;
+use crate::model::writers::is_go_entry;
 use crate::render::kinds::ChildKind;
-use crate::strip::is_go_entry;
 
 /// The object's managed fields with every Go-operator entry folded into one Apply entry
 /// of ours (merged with ours if there is one). `None` when there is nothing to fold.

@@ -34,7 +34,7 @@ use crate::caches::taps::PodChange;
 use crate::checks::podzone::{decide, keys_not_allowed, node_name, PodZone};
 use crate::model::conditions::{EventReason, Happening, Reason};
 use crate::model::names;
-use crate::strip::is_zone_aware;
+use crate::model::pods::is_zone_aware;
 use crate::telemetry::metrics::Metrics;
 
 /// Patches in flight at once. Binds arrive at the scheduler's pace, so this bounds only

@@ -4,6 +4,7 @@
 
 pub mod coverage;
 pub mod index;
+pub mod keep;
 pub mod reflectors;
 pub mod rules;
 pub mod scope;

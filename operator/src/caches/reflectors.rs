@@ -29,18 +29,18 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::caches::index::{self, Index, KeyOf, StackKey};
+use crate::caches::keep::{
+    node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
+};
 use crate::caches::rules::{self as rule_caches, RuleCaches, RuleKind};
 use crate::caches::scope::{self, Scope};
 use crate::caches::secrets::SecretReader;
 use crate::caches::stacks::{is_zone_aware as is_stack_zone_aware, resource, stack_ref, StackRef};
 use crate::caches::taps::{PodChange, Tap, Taps};
 use crate::model::names;
+use crate::model::writers::keep_markers;
 use crate::render::kinds::ChildKind;
 use crate::render::ServerCapabilities;
-use crate::strip::{
-    keep_markers, node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class,
-    strip_volume,
-};
 
 /// The label selector of everything the operator creates.
 pub fn managed_selector() -> String {

@@ -271,7 +271,7 @@ fn watch_namespaces(
             let changed = if deleted {
                 seen.remove(&name).is_some()
             } else {
-                let print = crate::strip::labels_fingerprint(m.labels());
+                let print = crate::caches::keep::labels_fingerprint(m.labels());
                 seen.insert(name, print) != Some(print)
             };
             if !changed {

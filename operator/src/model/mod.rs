@@ -9,4 +9,6 @@ pub mod duration;
 pub mod go_compat;
 pub mod image;
 pub mod names;
+pub mod pods;
 pub mod storage;
+pub mod writers;

@@ -27,10 +27,10 @@ use crate::checks::podzone::node_name;
 use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::defaults::{zone_aware, Component};
 use crate::model::names;
+use crate::model::writers::{foreign_fields, writers};
 use crate::render::kinds::ChildKind;
 use crate::ruler::api::{AlertingRule, RecordingRule, RulerConfig, RulerConfigSpec};
 use crate::ruler::check::selects;
-use crate::strip::{foreign_fields, writers};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {

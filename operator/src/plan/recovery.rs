@@ -29,7 +29,7 @@ use crate::intent::{Findings, Move, Recovery, Step};
 use crate::model::api::LokiStack;
 use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::duration::parse_duration;
-use crate::model::names;
+use crate::model::pods::component_of;
 use crate::observe::Snapshot;
 
 /// The components whose pods may be moved out of a lost zone.
@@ -156,9 +156,7 @@ fn owned_by_its_statefulset(pod: &Pod, component: Component, stack: &str) -> boo
 }
 
 fn movable(pod: &Pod) -> Option<Component> {
-    let labels = pod.metadata.labels.as_ref()?;
-    let c = Component::from_name(labels.get(names::LABEL_COMPONENT)?)?;
-    MOVABLE.contains(&c).then_some(c)
+    component_of(pod).filter(|c| MOVABLE.contains(c))
 }
 
 /// `<volume>-<pod>`, as a StatefulSet names the claims of its pods.
@@ -202,6 +200,7 @@ mod tests {
     use crate::model::api::LokiStackSize;
     use crate::model::defaults::effective;
     use crate::model::defaults::EffectiveStack;
+    use crate::model::names;
 
     /// What the candidates are decided from.
     struct Planned {

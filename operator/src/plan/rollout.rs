@@ -15,7 +15,9 @@ use crate::checks::zones::ZoneState;
 use crate::intent::{Findings, Rollout, Victim};
 use crate::model::api::{LokiStack, RolloutStatus, ZoneRolloutStatus};
 use crate::model::conditions::{pod_phase, PodPhase};
+use crate::model::defaults::Component;
 use crate::model::names;
+use crate::model::pods::component_of;
 use crate::observe::Snapshot;
 
 /// Where pods without a zone annotation are counted in the status: a label value cannot
@@ -114,9 +116,7 @@ fn members<'a>(pods: &[&'a Pod], sets: &BTreeMap<&'a str, &'a StatefulSet>) -> V
                 .and_then(|a| a.get(names::ANNOTATION_ZONE))
                 .map(String::as_str)
                 .filter(|z| !z.is_empty()),
-            component: labels
-                .and_then(|l| l.get(names::LABEL_COMPONENT))
-                .map_or("pod", String::as_str),
+            component: component_of(pod).map_or("pod", Component::name),
             outdated: update.is_some_and(|u| revision != Some(u)),
             ready: !terminating && pod_phase(pod) == PodPhase::Ready,
             terminating,

@@ -35,9 +35,9 @@ use crate::model::conditions::{pod_phase, Happening};
 use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::duration::parse_duration;
 use crate::model::names;
+use crate::model::pods::{component_of, is_zone_aware};
 use crate::observe::Snapshot;
 use crate::render::{config_hashes, RenderError};
-use crate::strip::is_zone_aware;
 
 /// Loki's default `querier.query_ingesters_within`: queriers ask ingesters for data
 /// younger than this, and the store for the rest. `loki-config.yaml.tera` keeps it.
@@ -204,14 +204,6 @@ fn humanize(d: Duration) -> String {
     }
 }
 
-fn component_of(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .labels
-        .as_ref()?
-        .get(names::LABEL_COMPONENT)
-        .map(String::as_str)
-}
-
 fn config_hash(pod: &Pod) -> Option<&str> {
     pod.metadata
         .annotations
@@ -227,7 +219,7 @@ pub fn ingesters_zone_aware(snapshot: &Snapshot) -> bool {
     snapshot
         .pods
         .iter()
-        .filter(|p| component_of(p) == Some(Component::Ingester.name()))
+        .filter(|p| component_of(p) == Some(Component::Ingester))
         .all(|p| is_zone_aware(p))
 }
 
@@ -252,10 +244,7 @@ struct Progress {
 
 impl Progress {
     fn of(snapshot: &Snapshot, c: Component, want: i32, runs: impl Fn(&Pod) -> bool) -> Self {
-        let pods = snapshot
-            .pods
-            .iter()
-            .filter(|p| component_of(p) == Some(c.name()));
+        let pods = snapshot.pods.iter().filter(|p| component_of(p) == Some(c));
         let (mut switched, mut others) = (0, false);
         for pod in pods {
             if !runs(pod) {
@@ -646,7 +635,7 @@ mod tests {
         let switched: Vec<Arc<Pod>> = old
             .iter()
             .map(|p| match component_of(p) {
-                Some("querier") => pod(
+                Some(Component::Querier) => pod(
                     p.metadata.name.as_deref().unwrap(),
                     Component::Querier,
                     true,

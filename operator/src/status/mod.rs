@@ -21,18 +21,11 @@ use crate::model::conditions::{pod_phase, status_str, ConditionType, PodPhase, R
 use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::names;
+use crate::model::pods::{component_of, is_zone_aware};
 use crate::observe::Snapshot;
 
 pub mod report;
 pub mod rules;
-
-fn component_of(pod: &Pod) -> Option<Component> {
-    pod.metadata
-        .labels
-        .as_ref()?
-        .get(names::LABEL_COMPONENT)
-        .and_then(|c| Component::from_name(c))
-}
 
 /// Pod names by phase, per component; a pod on a lost node is `Unknown`, whatever its
 /// last reported phase.
@@ -82,7 +75,7 @@ pub struct PodZones {
 
 pub fn pod_zones<'a>(pods: &[&Pod], node: impl Fn(&str) -> Option<&'a Node>) -> PodZones {
     let mut out = PodZones::default();
-    for pod in pods.iter().filter(|p| crate::strip::is_zone_aware(p)) {
+    for pod in pods.iter().filter(|p| is_zone_aware(p)) {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let node_obj = crate::checks::podzone::node_name(pod).and_then(&node);
         match decide(pod, node_obj) {

@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::checks::podzone::{pod_keys, pod_zone_annotation};
 use crate::checks::zones::{zone_of, ZoneLabelError};
 use crate::model::names;
-use crate::strip::is_zone_aware;
+use crate::model::pods::is_zone_aware;
 
 /// Why a Binding got, or did not get, the zone. The label values of the webhook's
 /// `bindings` metric are [`BindDecision::result`].

@@ -25,6 +25,7 @@ use crate::checks::validate::zone_aware_evictions;
 use crate::checks::zones::{node_lost, volume_zone, zone_of};
 use crate::model::defaults::Component;
 use crate::model::names;
+use crate::model::pods::{component_of, stack_of};
 use crate::telemetry::metrics::Metrics;
 
 const TOO_MANY_REQUESTS: u16 = 429;
@@ -76,15 +77,6 @@ fn refuse(req: &AdmissionRequest<DynamicObject>, message: String) -> AdmissionRe
     r.result.code = TOO_MANY_REQUESTS;
     r.result.reason = "TooManyRequests".into();
     r
-}
-
-/// The stack and component labels of a pod.
-fn stack_and_component(pod: &Pod) -> Option<(&str, &str)> {
-    let labels = pod.metadata.labels.as_ref()?;
-    Some((
-        labels.get(names::LABEL_INSTANCE)?.as_str(),
-        labels.get(names::LABEL_COMPONENT)?.as_str(),
-    ))
 }
 
 impl Hook {
@@ -153,11 +145,10 @@ impl Hook {
             .caches
             .zone_aware_pods
             .get(&ObjectRef::new(name).within(namespace))?;
-        let (stack, component) = stack_and_component(&pod)?;
-        if component != Component::Ingester.name() {
+        if component_of(&pod) != Some(Component::Ingester) {
             return None;
         }
-        let stack = stack.to_string();
+        let stack = stack_of(&pod)?.to_string();
         let obj = self
             .caches
             .stacks
@@ -179,7 +170,8 @@ impl Hook {
     fn stack_ingesters(&self, namespace: &str, stack: &str) -> Vec<std::sync::Arc<Pod>> {
         let mut pods = self.caches.zone_aware_pods.state_filter(|p| {
             p.metadata.namespace.as_deref() == Some(namespace)
-                && stack_and_component(p) == Some((stack, Component::Ingester.name()))
+                && stack_of(p) == Some(stack)
+                && component_of(p) == Some(Component::Ingester)
         });
         pods.sort_by_key(|p| p.name_any());
         pods

@@ -13,6 +13,7 @@
 //! only the leader decides, so two replicas never allow two zones at once.
 
 pub mod binding;
+pub mod certs;
 pub mod disruptions;
 pub mod eviction;
 pub mod registration;

@@ -32,8 +32,8 @@ use crate::caches::reflectors::{synced, Caches};
 use crate::caches::stacks;
 use crate::checks::podzone::keys_not_allowed;
 use crate::model::names;
-use crate::pki::certs::{self, CertAction, Certs, LIFETIMES};
 use crate::telemetry::metrics::Metrics;
+use crate::webhook::certs::{self, CertAction, Certs, LIFETIMES};
 
 /// How often the certificate is read again (a rotation by another replica, or new
 /// files from OLM, is served within this long).

@@ -155,7 +155,7 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::certs::{carry_out, CertAction, Certs, LIFETIMES};
+    use crate::webhook::certs::{carry_out, CertAction, Certs, LIFETIMES};
     use rustls_pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::rustls::{ClientConfig, RootCertStore};

@@ -1,4 +1,5 @@
-//! The webhook's own CA and serving certificate, for installs without OLM.
+//! The webhook's own CA and serving certificate, for installs without OLM: pure, when
+//! to issue or rotate them and how they are kept in a Secret; `serve.rs` carries it out.
 //!
 //! Both live in one Secret in the operator's namespace, so every replica serves the same
 //! certificate and the leader can publish the CA as the webhook's `caBundle`. What to do
