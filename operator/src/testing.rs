@@ -145,3 +145,144 @@ pub fn done(applied: crate::intent::Applied) -> crate::intent::Done {
 pub fn applied() -> crate::intent::Applied {
     crate::intent::Applied::Done(crate::intent::ApplyReport::default())
 }
+
+/// A pod, built up one fact at a time: every unit test builds its pods with this.
+///
+/// ```ignore
+/// let p = pod("s-ingester-0").component(Component::Ingester).zone_aware().on("n1").ready().build();
+/// ```
+pub fn pod(name: &str) -> PodBuilder {
+    PodBuilder(serde_json::json!({"metadata": {"name": name}, "spec": {"containers": []}}))
+}
+
+pub struct PodBuilder(serde_json::Value);
+
+impl PodBuilder {
+    fn meta(&mut self, field: &str) -> &mut serde_json::Value {
+        &mut self.0["metadata"][field]
+    }
+
+    pub fn namespace(mut self, ns: &str) -> Self {
+        *self.meta("namespace") = ns.into();
+        self
+    }
+
+    pub fn uid(mut self, uid: &str) -> Self {
+        *self.meta("uid") = uid.into();
+        self
+    }
+
+    pub fn resource_version(mut self, rv: &str) -> Self {
+        *self.meta("resourceVersion") = rv.into();
+        self
+    }
+
+    pub fn created(mut self, at: &str) -> Self {
+        *self.meta("creationTimestamp") = at.into();
+        self
+    }
+
+    /// Being deleted.
+    pub fn deleting(mut self) -> Self {
+        *self.meta("deletionTimestamp") = "1970-01-01T00:00:00Z".into();
+        self
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.meta("labels")[key] = value.into();
+        self
+    }
+
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.meta("annotations")[key] = value.into();
+        self
+    }
+
+    /// Of a component (`app.kubernetes.io/component`).
+    pub fn component(self, c: crate::model::defaults::Component) -> Self {
+        self.label(crate::model::names::LABEL_COMPONENT, c.name())
+    }
+
+    /// Of a stack (`app.kubernetes.io/instance`).
+    pub fn stack(self, stack: &str) -> Self {
+        self.label(crate::model::names::LABEL_INSTANCE, stack)
+    }
+
+    /// Running a zone-aware template.
+    pub fn zone_aware(self) -> Self {
+        use crate::model::names::{LABEL_ZONE_AWARE, LABEL_ZONE_AWARE_VALUE};
+        self.label(LABEL_ZONE_AWARE, LABEL_ZONE_AWARE_VALUE)
+    }
+
+    /// The topology keys its zone is made of (`loki.grafana.com/availability-zone-labels`).
+    pub fn zone_keys(self, keys: &str) -> Self {
+        self.annotation(crate::model::names::ANNOTATION_ZONE_LABELS, keys)
+    }
+
+    /// Zoned (`loki.grafana.com/availability-zone`).
+    pub fn zone(self, zone: &str) -> Self {
+        self.annotation(crate::model::names::ANNOTATION_ZONE, zone)
+    }
+
+    /// Controlled by `kind` `name` (a StatefulSet, say).
+    pub fn owner(mut self, kind: &str, name: &str) -> Self {
+        *self.meta("ownerReferences") = serde_json::json!([{
+            "apiVersion": "apps/v1", "kind": kind, "name": name,
+            "uid": format!("uid-{name}"), "controller": true,
+        }]);
+        self
+    }
+
+    /// Bound to `node`.
+    pub fn on(mut self, node: &str) -> Self {
+        self.0["spec"]["nodeName"] = node.into();
+        self
+    }
+
+    pub fn phase(mut self, phase: &str) -> Self {
+        self.0["status"]["phase"] = phase.into();
+        self
+    }
+
+    pub fn ip(mut self, ip: &str) -> Self {
+        self.0["status"]["podIP"] = ip.into();
+        self
+    }
+
+    /// Running, and its Ready condition `ready`.
+    pub fn ready_is(mut self, ready: bool) -> Self {
+        self.0["status"]["conditions"] = serde_json::json!([{
+            "type": "Ready", "status": if ready { "True" } else { "False" },
+        }]);
+        if self.0["status"]["phase"].is_null() {
+            self.0["status"]["phase"] = "Running".into();
+        }
+        self
+    }
+
+    /// A container, with the image it runs and, once started, the kubelet's `imageID`.
+    pub fn container(mut self, name: &str, image: &str, image_id: &str) -> Self {
+        if let Some(c) = self.0["spec"]["containers"].as_array_mut() {
+            c.push(serde_json::json!({"name": name, "image": image}));
+        }
+        let statuses = &mut self.0["status"]["containerStatuses"];
+        if statuses.is_null() {
+            *statuses = serde_json::json!([]);
+        }
+        if let Some(s) = statuses.as_array_mut() {
+            s.push(serde_json::json!({
+                "name": name, "image": image, "imageID": image_id, "ready": true, "restartCount": 0,
+            }));
+        }
+        self
+    }
+
+    pub fn build(self) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(self.0).expect("a pod")
+    }
+}
+
+/// A stack as the caches hold it: the stored JSON object.
+pub fn stored(stack: &LokiStack) -> kube::api::DynamicObject {
+    serde_json::from_value(serde_json::to_value(stack).expect("json")).expect("object")
+}

@@ -230,7 +230,18 @@ pub async fn namespaced_mode_runs_only_the_watched_namespaces(env: &mut Env) -> 
 
     env.stop_operator();
     let watch = WATCHED.join(",");
-    let args = ["--resync", "2s", "--watch-namespaces", watch.as_str()];
+    // As the prefixed install's Deployment tells it (manifests/operator/names.yaml): the
+    // ClusterRole that owns the webhook configurations, which grants `get` on itself
+    // under its prefixed name only.
+    let owner = format!("{PREFIX}loki-zone-operator-webhook-configuration");
+    let args = [
+        "--resync",
+        "2s",
+        "--watch-namespaces",
+        watch.as_str(),
+        "--webhook-owner-cluster-role",
+        owner.as_str(),
+    ];
     let mut op = Operator::start(&kubeconfig, &dir, &args)?;
     let result = run_confined(env, &mut op, &sa).await;
     op.stop();

@@ -344,26 +344,19 @@ mod tests {
     use super::*;
     use crate::caches::index;
     use crate::model::names;
+    use crate::testing;
     use futures::FutureExt;
     use k8s_openapi::api::core::v1::Pod;
     use kube::ResourceExt;
 
     /// A pod of the stack named by its name's first letter (`p1` is stack `p`'s).
     fn pod(ns: &str, name: &str, rv: &str) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.namespace = Some(ns.into());
-        p.metadata.name = Some(name.into());
-        p.metadata.resource_version = Some(rv.into());
-        p.metadata.labels = Some(
-            [
-                (names::LABEL_NAME, names::LABEL_NAME_VALUE),
-                (names::LABEL_INSTANCE, &name[..1]),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        );
-        p
+        testing::pod(name)
+            .namespace(ns)
+            .resource_version(rv)
+            .label(names::LABEL_NAME, names::LABEL_NAME_VALUE)
+            .stack(&name[..1])
+            .build()
     }
 
     /// The index holds exactly what the store holds, each object under its key.

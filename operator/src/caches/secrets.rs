@@ -406,6 +406,8 @@ pub async fn poll(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::api::LokiStackSize;
+    use crate::testing;
     use std::convert::Infallible;
 
     use http::{Request, Response, StatusCode};
@@ -475,9 +477,11 @@ mod tests {
     }
 
     fn stack(ns: &str, name: &str, secret: &str) -> DynamicObject {
-        let mut s = DynamicObject::new(name, &resource()).within(ns);
-        s.data = json!({"spec": {"storage": {"secret": {"name": secret}}}});
-        s
+        let mut spec = testing::stack_spec(LokiStackSize::Demo);
+        spec.storage.secret.name = secret.into();
+        let mut s = testing::stack(name, spec);
+        s.metadata.namespace = Some(ns.into());
+        testing::stored(&s)
     }
 
     fn stored(reader: &SecretReader, ns: &str, name: &str) -> Option<Arc<Secret>> {

@@ -162,14 +162,17 @@ pub fn undecodable_status(obj: &DynamicObject, e: &DecodeError, now: &str) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::api::{LokiStackSize, LokiStackStatus};
+    use crate::testing;
 
     fn stack(generation: i64, observed: Option<i64>) -> DynamicObject {
-        let mut obj = DynamicObject::new("s", &resource());
-        obj.metadata.generation = Some(generation);
-        if let Some(o) = observed {
-            obj.data = json!({"status": {"observedGeneration": o}});
-        }
-        obj
+        let mut s = testing::stack("s", testing::stack_spec(LokiStackSize::Demo));
+        s.metadata.generation = Some(generation);
+        s.status = observed.map(|o| LokiStackStatus {
+            observed_generation: Some(o),
+            ..Default::default()
+        });
+        testing::stored(&s)
     }
 
     #[test]

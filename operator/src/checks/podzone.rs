@@ -98,32 +98,23 @@ pub fn decide(pod: &Pod, node: Option<&Node>) -> PodZone {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
     use crate::testing::{node, ZONE};
-    use k8s_openapi::api::core::v1::PodSpec;
-    use kube::api::ObjectMeta;
 
     const RACK: &str = "example.com/rack";
 
     fn pod(node: Option<&str>, keys: Option<&str>, zone: Option<&str>) -> Pod {
-        let mut ann = std::collections::BTreeMap::new();
+        let mut p = testing::pod("p");
+        if let Some(n) = node {
+            p = p.on(n);
+        }
         if let Some(k) = keys {
-            ann.insert(names::ANNOTATION_ZONE_LABELS.to_string(), k.to_string());
+            p = p.zone_keys(k);
         }
         if let Some(z) = zone {
-            ann.insert(names::ANNOTATION_ZONE.to_string(), z.to_string());
+            p = p.zone(z);
         }
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                annotations: Some(ann),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                node_name: node.map(Into::into),
-                ..Default::default()
-            }),
-            status: None,
-        }
+        p.build()
     }
 
     #[test]

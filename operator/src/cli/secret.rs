@@ -92,14 +92,16 @@ pub fn unresolved(stack: &LokiStack) -> Option<String> {
 mod tests {
     use super::*;
     use crate::model::storage::VALUE_UNSAFE;
+    use crate::testing;
 
     fn stack(secret: &str, type_: &str) -> LokiStack {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "loki.grafana.com/v1", "kind": "LokiStack",
-            "metadata": {"name": "s", "namespace": "ns"},
-            "spec": {"size": "1x.demo", "storage": {"secret": {"name": secret, "type": type_}}},
-        }))
-        .expect("stack")
+        let mut spec = testing::stack_spec(crate::model::api::LokiStackSize::Demo);
+        spec.storage.secret.name = secret.into();
+        spec.storage.secret.type_ =
+            serde_json::from_value(serde_json::json!(type_)).expect("a storage type");
+        let mut s = testing::stack("s", spec);
+        s.metadata.namespace = Some("ns".into());
+        s
     }
 
     const S3: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s3\nstringData:\n  bucketnames: b\n  endpoint: https://s3.eu-west-1.amazonaws.com\n  access_key_id: a\n";

@@ -76,19 +76,17 @@ fn pinned_in(pod: &Pod, configured: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::testing;
 
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     fn pod(containers: &[(&str, &str, &str)]) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": "op-1", "namespace": "ops"},
-            "spec": {"containers": containers.iter().map(|(n, i, _)| json!({"name": n, "image": i})).collect::<Vec<_>>()},
-            "status": {"containerStatuses": containers.iter().map(|(n, i, id)| json!({
-                "name": n, "image": i, "imageID": id, "ready": true, "restartCount": 0,
-            })).collect::<Vec<_>>()},
-        }))
-        .expect("pod")
+        containers
+            .iter()
+            .fold(testing::pod("op-1").namespace("ops"), |p, (n, i, id)| {
+                p.container(n, i, id)
+            })
+            .build()
     }
 
     #[test]

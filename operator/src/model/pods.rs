@@ -33,24 +33,22 @@ pub fn stack_of(pod: &Pod) -> Option<&str> {
 mod tests {
     use super::*;
 
-    fn pod(labels: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "p", "labels": labels}}))
-            .expect("pod")
-    }
+    use crate::testing::pod;
 
     #[test]
     fn labels_say_zone_awareness_component_and_stack() {
-        let p = pod(serde_json::json!({
-            (names::LABEL_ZONE_AWARE): names::LABEL_ZONE_AWARE_VALUE,
-            (names::LABEL_COMPONENT): "ingester",
-            (names::LABEL_INSTANCE): "logs",
-        }));
+        let p = pod("p")
+            .zone_aware()
+            .component(Component::Ingester)
+            .stack("logs")
+            .build();
         assert!(is_zone_aware(&p));
         assert_eq!(component_of(&p), Some(Component::Ingester));
         assert_eq!(stack_of(&p), Some("logs"));
-        let other = pod(
-            serde_json::json!({(names::LABEL_ZONE_AWARE): "disabled", (names::LABEL_COMPONENT): "gateway"}),
-        );
+        let other = pod("p")
+            .label(names::LABEL_ZONE_AWARE, "disabled")
+            .label(names::LABEL_COMPONENT, "gateway")
+            .build();
         assert!(!is_zone_aware(&other));
         assert_eq!(component_of(&other), None, "not a component of ours");
         assert_eq!(stack_of(&other), None);

@@ -320,14 +320,8 @@ mod tests {
         // Zones being turned on: an ingester of the old template is not zone-aware, and
         // the webhook does not see it.
         let ingester = |zone_aware: bool| {
-            let mut labels = serde_json::json!({(names::LABEL_COMPONENT): "ingester"});
-            if zone_aware {
-                labels[names::LABEL_ZONE_AWARE] = names::LABEL_ZONE_AWARE_VALUE.into();
-            }
-            serde_json::from_value(
-                serde_json::json!({"metadata": {"name": "s-ingester-0", "labels": labels}}),
-            )
-            .expect("pod")
+            let p = crate::testing::pod("s-ingester-0").component(Component::Ingester);
+            if zone_aware { p.zone_aware() } else { p }.build()
         };
         assert_eq!(budget_with_pods(6, None, true, vec![ingester(true)]), 2);
         assert_eq!(budget_with_pods(6, None, true, vec![ingester(false)]), 1);

@@ -201,6 +201,7 @@ mod tests {
     use crate::model::defaults::effective;
     use crate::model::defaults::EffectiveStack;
     use crate::model::names;
+    use crate::testing;
 
     /// What the candidates are decided from.
     struct Planned {
@@ -221,15 +222,16 @@ mod tests {
     /// A pod of the StatefulSet its name gives (`s-compactor-0`: `s-compactor`).
     fn pod(name: &str, component: &str, node: Option<&str>) -> Pod {
         let set = name.rsplit_once('-').map_or(name, |(set, _)| set);
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "uid": format!("uid-{name}"),
-                "creationTimestamp": "2026-01-01T00:05:00Z",
-                "labels": {names::LABEL_COMPONENT: component},
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                    "name": set, "uid": "set", "controller": true}]},
-            "spec": {"nodeName": node, "containers": []},
-        }))
-        .expect("pod")
+        let p = testing::pod(name)
+            .uid(&format!("uid-{name}"))
+            .created("2026-01-01T00:05:00Z")
+            .label(names::LABEL_COMPONENT, component)
+            .owner("StatefulSet", set);
+        match node {
+            Some(n) => p.on(n),
+            None => p,
+        }
+        .build()
     }
 
     /// A node that is Ready but cordoned (`kubectl cordon`, a drain's first step).

@@ -365,11 +365,11 @@ pub fn step(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
     use k8s_openapi::api::apps::v1::{
         StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
     };
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
     use kube::api::ObjectMeta;
 
     const NEW: &str = "ing-new";
@@ -407,52 +407,22 @@ mod tests {
 
     /// A pod of the StatefulSet `owner`, in `zone` ("" for none), at `revision`.
     fn pod(name: &str, owner: Option<&str>, zone: &str, revision: &str, state: State) -> Pod {
-        let mut meta = ObjectMeta {
-            name: Some(name.into()),
-            uid: Some(format!("uid-{name}")),
-            resource_version: Some("7".into()),
-            labels: Some(
-                [
-                    (names::LABEL_REVISION.to_string(), revision.to_string()),
-                    (names::LABEL_COMPONENT.to_string(), "ingester".to_string()),
-                ]
-                .into(),
-            ),
-            owner_references: owner.map(|o| {
-                vec![OwnerReference {
-                    kind: "StatefulSet".into(),
-                    name: o.into(),
-                    controller: Some(true),
-                    ..Default::default()
-                }]
-            }),
-            ..Default::default()
-        };
+        let mut p = testing::pod(name)
+            .uid(&format!("uid-{name}"))
+            .resource_version("7")
+            .label(names::LABEL_REVISION, revision)
+            .component(Component::Ingester)
+            .ready_is(state != State::Starting);
+        if let Some(o) = owner {
+            p = p.owner("StatefulSet", o);
+        }
         if !zone.is_empty() {
-            meta.annotations =
-                Some([(names::ANNOTATION_ZONE.to_string(), zone.to_string())].into());
+            p = p.zone(zone);
         }
         if state == State::Terminating {
-            meta.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+            p = p.deleting();
         }
-        let ready = if state == State::Starting {
-            "False"
-        } else {
-            "True"
-        };
-        Pod {
-            metadata: meta,
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: ready.into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
+        p.build()
     }
 
     /// Two ingesters per zone in zones a, b, c; `revisions` and `states` per pod, in the

@@ -108,14 +108,15 @@ pub fn plan(snapshot: &Snapshot, eff: &EffectiveStack, action: &Action) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::testing;
 
     fn pod(name: &str, phase: &str, ip: Option<&str>) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "status": {"phase": phase, "podIP": ip},
-        }))
-        .expect("pod")
+        let p = testing::pod(name).phase(phase);
+        match ip {
+            Some(ip) => p.ip(ip),
+            None => p,
+        }
+        .build()
     }
 
     #[test]

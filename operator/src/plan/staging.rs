@@ -332,13 +332,11 @@ pub fn under_way(status: Option<&ZoneAwarenessStatus>) -> bool {
 mod tests {
     use std::sync::Arc;
 
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
-    use kube::api::ObjectMeta;
-
     use super::*;
     use crate::model::api::{LokiStackSize, LokiStackStatus};
     use crate::model::defaults::effective;
     use crate::render::{documents, ServerCapabilities, Settings};
+    use crate::testing;
     use crate::testing::{stack, stack_spec, zoned_spec, ZONE};
 
     const T0: i64 = 1_800_000_000;
@@ -348,34 +346,14 @@ mod tests {
     }
 
     fn pod(name: &str, c: Component, zoned: bool, ready: bool, hash: &str) -> Arc<Pod> {
-        let mut labels = std::collections::BTreeMap::new();
-        labels.insert(names::LABEL_COMPONENT.to_string(), c.name().to_string());
+        let mut p = testing::pod(name)
+            .component(c)
+            .annotation(names::ANNOTATION_CONFIG_HASH, hash)
+            .ready_is(ready);
         if zoned {
-            labels.insert(
-                names::LABEL_ZONE_AWARE.to_string(),
-                names::LABEL_ZONE_AWARE_VALUE.to_string(),
-            );
+            p = p.zone_aware();
         }
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(labels),
-                annotations: Some(
-                    [(names::ANNOTATION_CONFIG_HASH.to_string(), hash.to_string())].into(),
-                ),
-                ..Default::default()
-            },
-            spec: None,
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        })
+        Arc::new(p.build())
     }
 
     /// The stack's write path and queriers, every replica, each zoned or not.

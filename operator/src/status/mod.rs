@@ -801,9 +801,9 @@ mod tests {
     use crate::model::api::LokiStackSize;
     use crate::model::defaults::effective;
     use crate::model::storage::StorageSecretError;
+    use crate::testing;
     use crate::testing::{applied, done, intent, node, stack, stack_spec, zoned_spec, ZONE};
-    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
-    use kube::api::ObjectMeta;
+
     use std::sync::Arc;
 
     fn plan_with(s: &LokiStack, zone: Option<ZoneCheck>) -> Intent {
@@ -824,35 +824,14 @@ mod tests {
     }
 
     fn pod(name: &str, component: &str, phase: &str, ready: bool) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(
-                    [
-                        (names::LABEL_COMPONENT.to_string(), component.to_string()),
-                        (names::LABEL_ZONE_AWARE.to_string(), "enabled".to_string()),
-                    ]
-                    .into(),
-                ),
-                annotations: Some(
-                    [(names::ANNOTATION_ZONE_LABELS.to_string(), ZONE.to_string())].into(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                node_name: Some("n1".into()),
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
-                phase: Some(phase.into()),
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if ready { "True" } else { "False" }.into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-        }
+        testing::pod(name)
+            .label(names::LABEL_COMPONENT, component)
+            .zone_aware()
+            .zone_keys(ZONE)
+            .on("n1")
+            .phase(phase)
+            .ready_is(ready)
+            .build()
     }
 
     fn all_ready_pods(eff: &EffectiveStack) -> Vec<Pod> {

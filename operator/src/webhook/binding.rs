@@ -121,6 +121,7 @@ pub fn zone_patch(binding: &Binding, zone: &str) -> Patch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing;
     use crate::testing::{node, ZONE};
     use k8s_openapi::api::core::v1::ObjectReference;
     use kube::api::ObjectMeta;
@@ -148,29 +149,17 @@ mod tests {
     }
 
     fn pod(zone_aware: bool, keys: Option<&str>, zone: Option<&str>) -> Pod {
-        let mut labels = BTreeMap::new();
+        let mut p = testing::pod("p");
         if zone_aware {
-            labels.insert(
-                names::LABEL_ZONE_AWARE.to_string(),
-                names::LABEL_ZONE_AWARE_VALUE.to_string(),
-            );
+            p = p.zone_aware();
         }
-        let mut ann = BTreeMap::new();
         if let Some(k) = keys {
-            ann.insert(names::ANNOTATION_ZONE_LABELS.to_string(), k.to_string());
+            p = p.zone_keys(k);
         }
         if let Some(z) = zone {
-            ann.insert(names::ANNOTATION_ZONE.to_string(), z.to_string());
+            p = p.zone(z);
         }
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                labels: Some(labels),
-                annotations: Some(ann),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        p.build()
     }
 
     #[test]

@@ -343,16 +343,15 @@ impl Grants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::testing;
 
     fn pod(name: &str, ready: bool, node: Option<&str>) -> Pod {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "uid": format!("uid-{name}")},
-            "spec": {"containers": [], "nodeName": node},
-            "status": {"phase": if node.is_some() { "Running" } else { "Pending" },
-                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
-        }))
-        .expect("pod")
+        let p = testing::pod(name).uid(&format!("uid-{name}"));
+        match node {
+            Some(n) => p.on(n).ready_is(ready),
+            None => p.phase("Pending").ready_is(ready),
+        }
+        .build()
     }
 
     fn terminating(mut p: Pod) -> Pod {
