@@ -314,8 +314,7 @@ fn lists_with_an_identity_are_list_maps() {
 /// `validate` refuses the stack, or nothing of it reaches a rendered ConfigMap.
 #[test]
 fn no_user_string_reaches_lokis_config_expandable() {
-    use loki_zone_operator::model::defaults::effective;
-    use loki_zone_operator::render::{render, Child, ServerCapabilities, Settings};
+    use loki_zone_operator::render::{render, Child, RenderInput, ServerCapabilities, Settings};
     use loki_zone_operator_tests::admission::valid_cases;
 
     const PROBE: &str = "${LZO_PROBE}";
@@ -371,10 +370,8 @@ fn no_user_string_reaches_lokis_config_expandable() {
         stack.metadata.namespace = Some("logs".into());
         stack.metadata.uid = Some("uid".into());
         loki_zone_operator::checks::validate::validate_stack(&stack).ok()?;
-        let eff = effective(&stack.spec);
         let children = render(
-            &stack,
-            &eff,
+            &RenderInput::of_spec(&stack),
             &Settings::default(),
             &ServerCapabilities::MODERN,
         )

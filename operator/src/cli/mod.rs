@@ -17,13 +17,13 @@ use crate::checks::fields;
 use crate::checks::validate::validate_stack;
 use crate::checks::zones::{self, ZoneCheck};
 use crate::model::api::LokiStack;
-use crate::model::defaults::{effective, RulerInput};
+use crate::model::defaults::{effective, EffectiveStack, RulerInput};
 use crate::model::go_compat;
 use crate::model::names;
 use crate::model::storage::StoreParams;
 use crate::observe::PickedRule;
 use crate::render::kinds::ChildKind;
-use crate::render::{render, Child, ServerCapabilities, Settings};
+use crate::render::{render, Child, RenderInput, ServerCapabilities, Settings};
 use crate::ruler::api::{RulerConfig, RulerConfigSpec};
 use crate::ruler::check::{check_ruler_config, selects};
 use crate::ruler::settings;
@@ -408,11 +408,13 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
         return Err(input_err(&req.stack_file, "metadata.name: required"));
     }
     validate_stack(&stack).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
-    let mut eff = effective(&stack.spec);
-    let unresolved;
-    (eff.store, unresolved) = store(req, &stack)?;
-    let rule_notes;
-    (eff.ruler, rule_notes) = ruler_input(req, &stack)?;
+    let (store, unresolved) = store(req, &stack)?;
+    let (ruler, rule_notes) = ruler_input(req, &stack)?;
+    let eff = EffectiveStack {
+        store,
+        ruler,
+        ..effective(&stack.spec)
+    };
     let mut report = None;
     if let Some(nodes_file) = &req.nodes_file {
         let nodes = parse_nodes(nodes_file, &read(nodes_file)?)?;
@@ -428,7 +430,11 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
                 Some("zone check: not zone-aware (spec.replication.zones is empty)".to_string());
         }
     }
-    let children = render(&stack, &eff, &req.settings, &req.capabilities)?;
+    let children = render(
+        &RenderInput::new(&stack, eff),
+        &req.settings,
+        &req.capabilities,
+    )?;
     let yaml = yaml_stream(&children, &req.capabilities)
         .map_err(|e| input_err(&req.stack_file, format!("cannot serialise: {e}")))?;
     let warning = go_compat::warning(&go_compat::unsupported_fields(&stack.spec));

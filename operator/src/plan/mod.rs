@@ -19,14 +19,14 @@ use std::collections::BTreeSet;
 use crate::checks::validate::{validate_stack, zone_aware_evictions};
 use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
-use crate::intent::{Action, Findings, Intent, PlannedEvent};
+use crate::intent::{Action, Findings, Intent, PlannedEvent, RuleFindings};
 use crate::model::api::{LokiStack, ZoneAwarenessStage};
 use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::storage::{self as storage, check_ca, StorageSecretError, StoreParams};
 use crate::observe::Snapshot;
 use crate::render::kinds::ChildKind;
-use crate::render::{render, Child, RenderError, ServerCapabilities, Settings};
+use crate::render::{render, Child, RenderError, RenderInput, ServerCapabilities, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -63,18 +63,34 @@ fn secret_params(
     )
 }
 
-/// Every check of the stack against what was observed; the storage Secret's parameters
-/// go into `eff` when it is usable.
-fn check(stack: &LokiStack, snapshot: &Snapshot, eff: &mut EffectiveStack) -> Findings {
-    let secret = match secret_params(stack, snapshot) {
-        Ok(params) => {
-            eff.store = params;
-            None
-        }
-        Err(e) => Some(e),
+/// The spec resolved with what the plan reads from the snapshot: the storage Secret's
+/// parameters (when it is usable) and the ruler's files and settings; with the findings
+/// of the Secret and the rules.
+fn resolve(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+) -> (EffectiveStack, Option<StorageSecretError>, RuleFindings) {
+    let (store, secret) = match secret_params(stack, snapshot) {
+        Ok(params) => (params, None),
+        Err(e) => (StoreParams::default(), Some(e)),
     };
     let (ruler, rules) = rules::plan(stack, snapshot);
-    eff.ruler = ruler;
+    let eff = EffectiveStack {
+        store,
+        ruler,
+        ..effective(&stack.spec)
+    };
+    (eff, secret, rules)
+}
+
+/// Every check of the stack against what was observed.
+fn check(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    eff: &EffectiveStack,
+    secret: Option<StorageSecretError>,
+    rules: RuleFindings,
+) -> Findings {
     Findings {
         invalid: validate_stack(stack).err(),
         secret,
@@ -112,22 +128,45 @@ pub fn plan(
     settings: &Settings,
     caps: &ServerCapabilities,
 ) -> Result<Intent, PlanError> {
-    let mut eff = effective(&stack.spec);
-    let findings = check(stack, snapshot, &mut eff);
-    if let (Some(z), [_]) = (&findings.zone, eff.zones.as_slice()) {
-        eff.avoid_zones = z.disrupted().map(|u| u.zone.clone()).collect();
-    }
-    if snapshot.disruptions_by_zone && staging::ingesters_zone_aware(snapshot) {
-        eff.ingester_disruptions = per_zone_disruptions(stack, &eff, findings.zone.as_ref());
-    }
-    let mut held = Vec::new();
+    let (resolved, secret, rules) = resolve(stack, snapshot);
+    let findings = check(stack, snapshot, &resolved, secret, rules);
     let previous = stack.status.as_ref().and_then(|s| s.zone_awareness.clone());
-    let mut zone_awareness = previous.clone();
+    // The stage is decided only for a spec that goes out: one held back keeps its stage.
+    let stage = match findings.hold_back() {
+        Some(_) => staging::Stage {
+            status: previous.clone(),
+            zones: resolved.zones.clone(),
+            read_path_zone_aware: resolved.read_path_zone_aware,
+        },
+        None => staging::stage(stack, snapshot, &resolved)?,
+    };
+    // The render input, built once: what a disrupted zone and the zone-disruption webhook
+    // change, and the stage's zones.
+    let avoid_zones = match (&findings.zone, resolved.zones.as_slice()) {
+        (Some(z), [_]) => z.disrupted().map(|u| u.zone.clone()).collect(),
+        _ => Vec::new(),
+    };
+    let ingester_disruptions =
+        if snapshot.disruptions_by_zone && staging::ingesters_zone_aware(snapshot) {
+            per_zone_disruptions(stack, &resolved, findings.zone.as_ref())
+        } else {
+            resolved.ingester_disruptions
+        };
+    let input = RenderInput::new(
+        stack,
+        EffectiveStack {
+            avoid_zones,
+            ingester_disruptions,
+            zones: stage.zones,
+            read_path_zone_aware: stage.read_path_zone_aware,
+            ..resolved
+        },
+    );
+    let mut held = Vec::new();
     let action = if findings.hold_back().is_some() {
         Action::HoldBack
     } else {
-        zone_awareness = staging::stage(stack, snapshot, &mut eff)?;
-        let mut children = render(stack, &eff, settings, caps)?;
+        let mut children = render(&input, settings, caps)?;
         // Stale before holding: a held StatefulSet is still wanted, never removed.
         let (stale, left) = not_rendered(snapshot, &children);
         if zone_outage(&findings) && !rollout::forced(stack) {
@@ -139,6 +178,8 @@ pub fn plan(
             left,
         }
     };
+    let eff = input.into_eff();
+    let zone_awareness = stage.status;
     // While zones are turned off the webhook no longer covers the stack: its ring
     // members keep their zones, and the annotator writes them.
     let turning_off = zone_awareness

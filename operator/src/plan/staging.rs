@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::model::api::{LokiStack, ZoneAwarenessStage, ZoneAwarenessStatus};
+use crate::model::api::{LokiStack, ZoneAwarenessStage, ZoneAwarenessStatus, ZoneSpec};
 use crate::model::conditions::PodPhase;
 use crate::model::conditions::{pod_phase, Happening};
 use crate::model::defaults::{Component, EffectiveStack};
@@ -37,7 +37,7 @@ use crate::model::duration::parse_duration;
 use crate::model::names;
 use crate::model::pods::{component_of, is_zone_aware};
 use crate::observe::Snapshot;
-use crate::render::{config_hashes, RenderError};
+use crate::render::{config_hashes, RenderError, RenderInput};
 
 /// Loki's default `querier.query_ingesters_within`: queriers ask ingesters for data
 /// younger than this, and the store for the rest. `loki-config.yaml.tera` keeps it.
@@ -46,27 +46,46 @@ pub const QUERY_INGESTERS_WITHIN: Duration = Duration::from_secs(3 * 3600);
 const WRITE_PATH: [Component; 2] = [Component::Distributor, Component::Ingester];
 const READ_PATH: [Component; 2] = [Component::Querier, Component::Ruler];
 
-/// The stage this reconcile renders, and sets `eff` for it: the zones the write path
-/// keeps while turning off, and whether the read path reads zone-aware. `None` for a
-/// stack whose zones are off.
+/// The stage this reconcile renders, and what it changes of the render: the zones the
+/// write path keeps while turning off, and whether the read path reads zone-aware.
+#[derive(Debug)]
+pub struct Stage {
+    /// `None` for a stack whose zones are off.
+    pub status: Option<ZoneAwarenessStatus>,
+    /// The zones to render: the spec's, or while turning off the ones recorded.
+    pub zones: Vec<ZoneSpec>,
+    pub read_path_zone_aware: bool,
+}
+
+/// The stage of `eff` (the spec resolved, with what the plan read), decided from the
+/// stack's status and what runs.
 pub fn stage(
     stack: &LokiStack,
     snapshot: &Snapshot,
-    eff: &mut EffectiveStack,
-) -> Result<Option<ZoneAwarenessStatus>, RenderError> {
+    eff: &EffectiveStack,
+) -> Result<Stage, RenderError> {
     let previous = stack
         .status
         .as_ref()
         .and_then(|s| s.zone_awareness.as_ref());
-    let next = if eff.zone_aware() {
-        Some(turning_on(stack, previous, snapshot, eff))
+    let (status, zones) = if eff.zone_aware() {
+        let on = turning_on(stack, previous, snapshot, eff);
+        (Some(on), eff.zones.clone())
     } else {
-        turning_off(stack, previous, snapshot, eff)?
+        match turning_off(stack, previous, snapshot, eff)? {
+            Some((off, recorded)) => (Some(off), recorded),
+            None => (None, eff.zones.clone()),
+        }
     };
-    if let Some(n) = &next {
-        eff.read_path_zone_aware = n.stage == ZoneAwarenessStage::Enabled;
-    }
-    Ok(next)
+    let read_path_zone_aware = match &status {
+        Some(n) => n.stage == ZoneAwarenessStage::Enabled,
+        None => eff.read_path_zone_aware,
+    };
+    Ok(Stage {
+        status,
+        zones,
+        read_path_zone_aware,
+    })
 }
 
 fn turning_on(
@@ -131,22 +150,27 @@ fn read_path_message(at: Timestamp, delay: Duration) -> String {
     )
 }
 
+/// Turning zones off, while the read path has not left them yet: the Disabling status,
+/// and the zones the write path keeps until then. `None` once it has (or from Enabling,
+/// when the read path never turned zone-aware).
 fn turning_off(
     stack: &LokiStack,
     previous: Option<&ZoneAwarenessStatus>,
     snapshot: &Snapshot,
-    eff: &mut EffectiveStack,
-) -> Result<Option<ZoneAwarenessStatus>, RenderError> {
-    // From Enabling the read path never turned zone-aware: nothing to wait for.
+    eff: &EffectiveStack,
+) -> Result<Option<(ZoneAwarenessStatus, Vec<ZoneSpec>)>, RenderError> {
     let Some(p) =
         previous.filter(|p| p.stage != ZoneAwarenessStage::Enabling && !p.zones.is_empty())
     else {
         return Ok(None);
     };
-    let mut staged = eff.clone();
-    staged.zones = p.zones.iter().map(Into::into).collect();
-    staged.read_path_zone_aware = false;
-    let hashes = config_hashes(stack, &staged)?;
+    let recorded: Vec<ZoneSpec> = p.zones.iter().map(Into::into).collect();
+    let staged = EffectiveStack {
+        zones: recorded.clone(),
+        read_path_zone_aware: false,
+        ..eff.clone()
+    };
+    let hashes = config_hashes(&RenderInput::new(stack, staged.clone()))?;
     let progress: Vec<Progress> = READ_PATH
         .iter()
         .filter_map(|c| {
@@ -160,10 +184,9 @@ fn turning_off(
     if progress.iter().all(|p| p.done()) {
         return Ok(None);
     }
-    *eff = staged;
     let counts: Vec<String> = progress.iter().map(Progress::describe).collect();
     let keys: Vec<&str> = p.zones.iter().map(|z| z.topology_key.as_str()).collect();
-    Ok(Some(ZoneAwarenessStatus {
+    let status = ZoneAwarenessStatus {
         stage: ZoneAwarenessStage::Disabling,
         read_path_at: None,
         zones: p.zones.clone(),
@@ -172,7 +195,8 @@ fn turning_off(
             counts.join(", "),
             keys.join(", ")
         )),
-    }))
+    };
+    Ok(Some((status, recorded)))
 }
 
 /// How long the read path waits after the write path: the stack's annotation, else
@@ -397,7 +421,12 @@ mod tests {
 
     /// The rendered config file of `component`'s pod template, and the ConfigMap's files.
     fn config_of(s: &LokiStack, eff: &EffectiveStack, component: &str) -> (String, Vec<String>) {
-        let docs = documents(s, eff, &Settings::default(), &ServerCapabilities::MODERN).unwrap();
+        let docs = documents(
+            &RenderInput::new(s, eff.clone()),
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .unwrap();
         let mut file = String::new();
         let mut files = Vec::new();
         for d in &docs {
@@ -418,11 +447,25 @@ mod tests {
         (file, files)
     }
 
+    /// [`stage`], with what it decides of the render applied to `eff`, as the plan does.
+    fn staged(
+        s: &LokiStack,
+        snap: &Snapshot,
+        eff: &mut EffectiveStack,
+    ) -> Result<Option<ZoneAwarenessStatus>, RenderError> {
+        let st = stage(s, snap, eff)?;
+        eff.zones = st.zones;
+        eff.read_path_zone_aware = st.read_path_zone_aware;
+        Ok(st.status)
+    }
+
     #[test]
     fn a_new_zone_aware_stack_is_enabled_at_once() {
         let s = zoned_stack();
         let mut eff = effective(&s.spec);
-        let z = stage(&s, &snapshot(vec![], T0), &mut eff).unwrap().unwrap();
+        let z = staged(&s, &snapshot(vec![], T0), &mut eff)
+            .unwrap()
+            .unwrap();
         assert_eq!(z.stage, ZoneAwarenessStage::Enabled);
         assert!(eff.read_path_zone_aware);
         let (file, files) = config_of(&s, &eff, "querier");
@@ -438,7 +481,7 @@ mod tests {
         let s = stack("lokistack", stack_spec(LokiStackSize::Small));
         let mut eff = effective(&s.spec);
         let pods = pods(&eff, false, true);
-        assert_eq!(stage(&s, &snapshot(pods, T0), &mut eff).unwrap(), None);
+        assert_eq!(staged(&s, &snapshot(pods, T0), &mut eff).unwrap(), None);
     }
 
     #[test]
@@ -446,7 +489,7 @@ mod tests {
         let s = zoned_stack();
         let mut eff = effective(&s.spec);
         let pods = pods(&eff, false, true);
-        let z = stage(&s, &snapshot(pods, T0), &mut eff).unwrap().unwrap();
+        let z = staged(&s, &snapshot(pods, T0), &mut eff).unwrap().unwrap();
         assert_eq!(z.stage, ZoneAwarenessStage::Enabling);
         assert_eq!(z.read_path_at, None);
         assert_eq!(z.zones, recorded(&eff));
@@ -469,8 +512,10 @@ mod tests {
             let (file, _) = config_of(&s, &eff, write);
             assert!(file.ends_with(names::CONFIG_FILE), "{write}: {file}");
         }
-        let main = crate::render::loki_config(&s, &eff).unwrap();
-        let read = crate::render::loki_read_config(&s, &eff).unwrap().unwrap();
+        let main = crate::render::loki_config(&RenderInput::new(&s, eff.clone())).unwrap();
+        let read = crate::render::loki_read_config(&RenderInput::new(&s, eff.clone()))
+            .unwrap()
+            .unwrap();
         assert!(main.contains("zone_awareness_enabled: true"), "{main}");
         assert!(read.contains("zone_awareness_enabled: false"), "{read}");
         // Nothing else differs: the read path keeps every other setting.
@@ -494,7 +539,7 @@ mod tests {
         let mut not_yet = pods(&eff0, true, true);
         not_yet[2] = pod("ingester-0", Component::Ingester, true, false, "old");
         let mut eff = eff0.clone();
-        let z = stage(&s, &snapshot(not_yet, T0), &mut eff)
+        let z = staged(&s, &snapshot(not_yet, T0), &mut eff)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -512,7 +557,7 @@ mod tests {
         );
         let mut eff = eff0.clone();
         let ready = pods(&eff0, true, true);
-        let z = stage(&s, &snapshot(ready.clone(), T0), &mut eff)
+        let z = staged(&s, &snapshot(ready.clone(), T0), &mut eff)
             .unwrap()
             .unwrap();
         assert_eq!(z.stage, ZoneAwarenessStage::Enabling);
@@ -526,7 +571,7 @@ mod tests {
 
         let s = with_status(s, z);
         let mut eff = eff0.clone();
-        let z = stage(&s, &snapshot(ready.clone(), T0 + 89), &mut eff)
+        let z = staged(&s, &snapshot(ready.clone(), T0 + 89), &mut eff)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -535,7 +580,7 @@ mod tests {
             "not before readPathAt"
         );
         let mut eff = eff0.clone();
-        let z = stage(&s, &snapshot(ready, T0 + 90), &mut eff)
+        let z = staged(&s, &snapshot(ready, T0 + 90), &mut eff)
             .unwrap()
             .unwrap();
         assert_eq!(z.stage, ZoneAwarenessStage::Enabled);
@@ -559,7 +604,7 @@ mod tests {
             "{note}"
         );
         let mut eff = effective(&s.spec);
-        let z = stage(&s, &snapshot(pods(&eff, false, true), T0), &mut eff)
+        let z = staged(&s, &snapshot(pods(&eff, false, true), T0), &mut eff)
             .unwrap()
             .unwrap();
         let message = z.message.unwrap();
@@ -592,7 +637,7 @@ mod tests {
         let eff0 = effective(&off.spec);
         let old = pods(&effective(&on.spec), true, true);
         let mut eff = eff0.clone();
-        let z = stage(&off, &snapshot(old.clone(), T0), &mut eff)
+        let z = staged(&off, &snapshot(old.clone(), T0), &mut eff)
             .unwrap()
             .unwrap();
         assert_eq!(z.stage, ZoneAwarenessStage::Disabling);
@@ -604,11 +649,11 @@ mod tests {
         assert!(!eff.read_path_zone_aware);
         let (querier, _) = config_of(&off, &eff, "querier");
         assert!(querier.ends_with(names::CONFIG_READ_FILE), "{querier}");
-        let ingester = crate::render::loki_config(&off, &eff).unwrap();
+        let ingester = crate::render::loki_config(&RenderInput::new(&off, eff.clone())).unwrap();
         assert!(ingester.contains("zone_awareness_enabled: true"));
 
         // Once every querier runs the read config and is Ready, zones are off.
-        let hashes = config_hashes(&off, &eff).unwrap();
+        let hashes = config_hashes(&RenderInput::new(&off, eff.clone())).unwrap();
         let hash = hashes.of(Component::Querier).1.to_string();
         let switched: Vec<Arc<Pod>> = old
             .iter()
@@ -626,7 +671,7 @@ mod tests {
         off = with_status(off, z);
         let mut eff = eff0.clone();
         assert_eq!(
-            stage(&off, &snapshot(switched, T0), &mut eff).unwrap(),
+            staged(&off, &snapshot(switched, T0), &mut eff).unwrap(),
             None
         );
         assert!(!eff.zone_aware(), "the write path leaves its zones now");
@@ -646,7 +691,7 @@ mod tests {
         let mut eff = effective(&enabling.spec);
         let p = pods(&effective(&zoned_stack().spec), true, true);
         assert_eq!(
-            stage(&enabling, &snapshot(p.clone(), T0), &mut eff).unwrap(),
+            staged(&enabling, &snapshot(p.clone(), T0), &mut eff).unwrap(),
             None
         );
 
@@ -659,7 +704,7 @@ mod tests {
             },
         );
         let mut eff = effective(&disabling.spec);
-        let z = stage(&disabling, &snapshot(p, T0), &mut eff)
+        let z = staged(&disabling, &snapshot(p, T0), &mut eff)
             .unwrap()
             .unwrap();
         assert_eq!(z.stage, ZoneAwarenessStage::Enabled);

@@ -21,7 +21,9 @@ use crate::model::api::{
 };
 use crate::model::defaults::{effective, EffectiveStack};
 use crate::model::names;
-use crate::render::{documents, loki_config, ServerCapabilities, Settings, DEFAULT_LOKI_IMAGE};
+use crate::render::{
+    documents, loki_config, RenderInput, ServerCapabilities, Settings, DEFAULT_LOKI_IMAGE,
+};
 use crate::testing::{stack, stack_spec, zoned_spec, ZONE};
 
 const REFERENCE_JSON: &str = include_str!("testdata/loki-config-reference.json");
@@ -536,8 +538,12 @@ fn variants() -> Vec<(String, LokiStack, EffectiveStack)> {
 }
 
 fn runtime_config(s: &LokiStack, eff: &EffectiveStack) -> String {
-    let docs =
-        documents(s, eff, &Settings::default(), &ServerCapabilities::MODERN).expect("documents");
+    let docs = documents(
+        &RenderInput::new(s, eff.clone()),
+        &Settings::default(),
+        &ServerCapabilities::MODERN,
+    )
+    .expect("documents");
     let cm = docs
         .iter()
         .find(|d| d.kind == "ConfigMap")
@@ -556,7 +562,7 @@ fn rendered_configs_use_only_keys_and_types_loki_knows() {
     let mut found: BTreeMap<(String, Mismatch), (String, usize)> = BTreeMap::new();
     let mut checked = 0;
     for (label, s, eff) in variants() {
-        let config = loki_config(&s, &eff).expect("config");
+        let config = loki_config(&RenderInput::new(&s, eff.clone())).expect("config");
         let runtime = runtime_config(&s, &eff);
         for (file, node, text) in [
             (names::CONFIG_FILE, &reference.root, &config),
@@ -681,7 +687,7 @@ fn a_slip_in_the_rendered_config_is_caught() {
         ..Default::default()
     });
     let s = stack("lokistack-dev", spec);
-    let config = loki_config(&s, &effective(&s.spec)).expect("config");
+    let config = loki_config(&RenderInput::new(&s, effective(&s.spec))).expect("config");
     assert_eq!(check(&reference, &reference.root, &config), []);
     for (from, to, path, problem) in [
         (
@@ -814,7 +820,7 @@ fn go_operator_limits_and_ring_fields_are_checked_key_by_key() {
         .into_iter()
         .find(|(label, ..)| label.contains("limits+ipv6=true"))
         .expect("a variant with limits");
-    let config = loki_config(&s, &eff).expect("config");
+    let config = loki_config(&RenderInput::new(&s, eff.clone())).expect("config");
     let runtime = runtime_config(&s, &eff);
     for key in [
         "instance_addr: \"${HASH_RING_INSTANCE_ADDR}\"",
@@ -878,7 +884,7 @@ fn the_ruler_config_and_rule_files_use_only_keys_loki_knows() {
         Some(Vec::new()),
         Some(&crate::ruler::settings::full_ruler_config()),
     );
-    let config = loki_config(&s, &eff).expect("config");
+    let config = loki_config(&RenderInput::new(&s, eff.clone())).expect("config");
     let runtime = runtime_config(&s, &eff);
     assert_eq!(check(&reference, &reference.root, &config), []);
     assert_eq!(check(&reference, &reference.runtime, &runtime), []);

@@ -5,10 +5,13 @@
 //! rendered to YAML and parsed into its k8s-openapi type, so a template typo fails a unit
 //! test, and a test proves that parsing drops no field.
 
+pub mod input;
 pub mod kinds;
 pub mod limits;
 pub mod network;
 pub mod rules;
+
+pub use input::RenderInput;
 
 #[cfg(test)]
 mod config_reference_tests;
@@ -387,21 +390,19 @@ fn sizing(eff: &EffectiveStack) -> Value {
 }
 
 /// The Loki configuration (`config.yaml`) of a stack.
-pub fn loki_config(stack: &LokiStack, eff: &EffectiveStack) -> Result<String, RenderError> {
-    loki_config_with(stack, eff, eff.zone_aware())
+pub fn loki_config(input: &RenderInput) -> Result<String, RenderError> {
+    loki_config_with(input.stack, &input.eff, input.eff.zone_aware())
 }
 
 /// The read path's configuration while zones are turned on or off
 /// ([`names::CONFIG_READ_FILE`]): `config.yaml` with the ring's zone awareness off, so
 /// queriers and rulers ask every ingester. `None` when the read path reads `config.yaml`.
-pub fn loki_read_config(
-    stack: &LokiStack,
-    eff: &EffectiveStack,
-) -> Result<Option<String>, RenderError> {
+pub fn loki_read_config(input: &RenderInput) -> Result<Option<String>, RenderError> {
+    let eff = &input.eff;
     if !eff.zone_aware() || eff.read_path_zone_aware {
         return Ok(None);
     }
-    loki_config_with(stack, eff, false).map(Some)
+    loki_config_with(input.stack, eff, false).map(Some)
 }
 
 fn loki_config_with(
@@ -771,12 +772,11 @@ fn service(
 /// Every object of one stack, typed, in apply order: ServiceAccount, ConfigMap, Services,
 /// then per component its workload and PDB.
 pub fn render(
-    stack: &LokiStack,
-    eff: &EffectiveStack,
+    input: &RenderInput,
     settings: &Settings,
     caps: &ServerCapabilities,
 ) -> Result<Vec<Child>, RenderError> {
-    documents(stack, eff, settings, caps)?
+    documents(input, settings, caps)?
         .iter()
         .map(parse)
         .collect()
@@ -784,11 +784,11 @@ pub fn render(
 
 /// The rendered templates of one stack, before parsing.
 pub fn documents(
-    stack: &LokiStack,
-    eff: &EffectiveStack,
+    input: &RenderInput,
     settings: &Settings,
     caps: &ServerCapabilities,
 ) -> Result<Vec<Document>, RenderError> {
+    let (stack, eff) = (input.stack, &input.eff);
     let name = stack.metadata.name.clone().ok_or(RenderError::NoName)?;
     let common = common_labels(&name);
     let sa_ctx = json!({"stack": stack_ctx(stack), "name": names::service_account_name(&name), "labels": common});
@@ -797,14 +797,14 @@ pub fn documents(
         "ServiceAccount",
         &sa_ctx,
     )?];
-    let (config_map, hashes) = config_map(stack, eff, &name)?;
+    let (config_map, hashes) = config_map(input, &name)?;
     out.push(config_map);
     let rule_maps = rule_config_maps(eff, &name)?;
     for cm in &rule_maps {
         out.push(rules_config_map(stack, &name, cm)?);
     }
     out.push(gossip_service(stack, &name)?);
-    for p in network::policies(stack, eff, &settings.operator_namespace) {
+    for p in network::policies(input, &settings.operator_namespace) {
         let ctx = json!({
             "stack": stack_ctx(stack),
             "name": p.name,
@@ -891,20 +891,17 @@ impl ConfigHashes {
 }
 
 /// The config hashes of a stack's components, as [`render`] writes them on the pods.
-pub fn config_hashes(stack: &LokiStack, eff: &EffectiveStack) -> Result<ConfigHashes, RenderError> {
-    let main = loki_config(stack, eff)?;
-    let read = loki_read_config(stack, eff)?;
+pub fn config_hashes(input: &RenderInput) -> Result<ConfigHashes, RenderError> {
+    let main = loki_config(input)?;
+    let read = loki_read_config(input)?;
     Ok(ConfigHashes::new(&main, read.as_deref()))
 }
 
 /// The ConfigMap with Loki's config files, and the hashes that roll pods when they change.
-fn config_map(
-    stack: &LokiStack,
-    eff: &EffectiveStack,
-    name: &str,
-) -> Result<(Document, ConfigHashes), RenderError> {
-    let main = loki_config(stack, eff)?;
-    let read = loki_read_config(stack, eff)?;
+fn config_map(input: &RenderInput, name: &str) -> Result<(Document, ConfigHashes), RenderError> {
+    let (stack, eff) = (input.stack, &input.eff);
+    let main = loki_config(input)?;
+    let read = loki_read_config(input)?;
     let hashes = ConfigHashes::new(&main, read.as_deref());
     let mut files: BTreeMap<String, String> = [
         (names::CONFIG_FILE.to_string(), main),

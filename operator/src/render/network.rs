@@ -10,6 +10,7 @@
 
 use serde_json::{json, Value};
 
+use super::input::RenderInput;
 use crate::model::api::{LokiStack, NetworkPolicyRuleSet, ObjectStorageSecretType};
 use crate::model::defaults::{Component, EffectiveStack};
 use crate::model::names;
@@ -125,7 +126,8 @@ fn loki_allow(name: &str) -> Policy {
 
 /// The policies of a stack; none unless it asks for them. `operator_namespace`: where
 /// the operator's own pods run (`Settings`).
-pub fn policies(stack: &LokiStack, eff: &EffectiveStack, operator_namespace: &str) -> Vec<Policy> {
+pub fn policies(input: &RenderInput, operator_namespace: &str) -> Vec<Policy> {
+    let (stack, eff) = (input.stack, &input.eff);
     use Component::*;
     let Some(name) = stack.metadata.name.as_deref().filter(|_| restricted(stack)) else {
         return Vec::new();
@@ -190,14 +192,18 @@ mod tests {
     }
 
     fn rendered(s: &LokiStack, eff: &EffectiveStack) -> Vec<NetworkPolicy> {
-        render(s, eff, &Settings::default(), &ServerCapabilities::MODERN)
-            .expect("render")
-            .into_iter()
-            .filter_map(|c| match c {
-                Child::NetworkPolicy(p) => Some(p),
-                _ => None,
-            })
-            .collect()
+        render(
+            &RenderInput::new(s, eff.clone()),
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .expect("render")
+        .into_iter()
+        .filter_map(|c| match c {
+            Child::NetworkPolicy(p) => Some(p),
+            _ => None,
+        })
+        .collect()
     }
 
     fn named<'a>(ps: &'a [NetworkPolicy], name: &str) -> &'a NetworkPolicy {

@@ -9,14 +9,20 @@ use crate::model::api::{LokiStack, LokiStackSize, ObjectStorageSecretType, Rules
 use crate::model::defaults::{effective, Component};
 use crate::model::names;
 use crate::render::{
-    documents, loki_config, parse, render, to_yaml_stream, Child, ServerCapabilities, Settings,
+    documents, loki_config, parse, render, to_yaml_stream, Child, RenderInput, ServerCapabilities,
+    Settings,
 };
 use crate::testing::{stack, stack_spec, zoned_spec, ZONE};
 
 const RACK: &str = "example.com/rack";
 
 fn render_stack(s: &LokiStack, caps: ServerCapabilities) -> Vec<Child> {
-    render(s, &effective(&s.spec), &Settings::default(), &caps).expect("render")
+    render(
+        &RenderInput::new(s, effective(&s.spec)),
+        &Settings::default(),
+        &caps,
+    )
+    .expect("render")
 }
 
 fn pod_templates(children: &[Child]) -> Vec<(String, PodTemplateSpec)> {
@@ -66,8 +72,12 @@ fn parsing_drops_no_field() {
             ServerCapabilities::MODERN,
             ServerCapabilities::for_version(1, 20),
         ] {
-            let docs =
-                documents(&s, &effective(&s.spec), &Settings::default(), &caps).expect("documents");
+            let docs = documents(
+                &RenderInput::new(&s, effective(&s.spec)),
+                &Settings::default(),
+                &caps,
+            )
+            .expect("documents");
             for doc in &docs {
                 let raw: Value =
                     serde_yaml_ng::from_str(&doc.text).expect("template output is YAML");
@@ -466,7 +476,7 @@ fn removing_zones_removes_every_zone_piece() {
 }
 
 fn config_of(s: &LokiStack) -> Value {
-    let text = loki_config(s, &effective(&s.spec)).expect("config");
+    let text = loki_config(&RenderInput::new(s, effective(&s.spec))).expect("config");
     serde_yaml_ng::from_str(&text).expect("config is YAML")
 }
 
@@ -547,7 +557,7 @@ fn zone_values_stay_strings_after_env_expansion() {
         "lokistack-dev",
         zoned_spec(LokiStackSize::Small, 2, &[ZONE]),
     );
-    let text = loki_config(&zoned, &effective(&zoned.spec)).expect("config");
+    let text = loki_config(&RenderInput::new(&zoned, effective(&zoned.spec))).expect("config");
     for zone in ["1", "true", "null", "eu-west-1a", "0x10"] {
         // What Loki does with -config.expand-env=true before it parses the YAML.
         let expanded = text.replace("${INSTANCE_AVAILABILITY_ZONE}", zone);
@@ -758,7 +768,7 @@ fn snapshot_loki_config_per_storage_type() {
         let mut spec = zoned_spec(LokiStackSize::Small, 2, &[ZONE]);
         spec.storage.secret.type_ = st;
         let s = stack("lokistack-dev", spec);
-        let text = loki_config(&s, &effective(&s.spec)).expect("config");
+        let text = loki_config(&RenderInput::new(&s, effective(&s.spec))).expect("config");
         insta::assert_snapshot!(format!("loki_config_{}", st.as_str()), text);
     }
 }
@@ -784,7 +794,12 @@ fn during_an_outage_old_servers_keep_stateless_pods_off_the_lost_zone() {
     let mut eff = effective(&s.spec);
     eff.avoid_zones = vec!["zone-c".into()];
     let affinity = |caps: ServerCapabilities| -> Vec<(String, Option<String>)> {
-        let children = render(&s, &eff, &Settings::default(), &caps).expect("render");
+        let children = render(
+            &RenderInput::new(&s, eff.clone()),
+            &Settings::default(),
+            &caps,
+        )
+        .expect("render");
         pod_templates(&children)
             .into_iter()
             .map(|(name, t)| {
@@ -850,8 +865,7 @@ fn limits_and_retention_reach_loki_and_tenant_changes_restart_nothing() {
     assert_eq!(c["compactor"]["retention_enabled"], true);
     assert_eq!(c["compactor"]["delete_request_store"], "s3");
     let docs = documents(
-        &s,
-        &effective(&s.spec),
+        &RenderInput::new(&s, effective(&s.spec)),
         &Settings::default(),
         &ServerCapabilities::MODERN,
     )
@@ -880,8 +894,7 @@ fn limits_and_retention_reach_loki_and_tenant_changes_restart_nothing() {
         .insert("dev".into(), retention(1));
     let s2 = stack("s", spec2);
     let docs2 = documents(
-        &s2,
-        &effective(&s2.spec),
+        &RenderInput::new(&s2, effective(&s2.spec)),
         &Settings::default(),
         &ServerCapabilities::MODERN,
     )
@@ -984,7 +997,12 @@ fn ring_address_and_anti_affinity_reach_every_pod_and_parse_losslessly() {
     // component's anti-affinity, in the one `affinity` of the pod.
     eff.avoid_zones = vec!["zone-c".into()];
     let caps = ServerCapabilities::for_version(1, 20);
-    let docs = documents(&s, &eff, &Settings::default(), &caps).expect("documents");
+    let docs = documents(
+        &RenderInput::new(&s, eff.clone()),
+        &Settings::default(),
+        &caps,
+    )
+    .expect("documents");
     for doc in &docs {
         let raw: Value = serde_yaml_ng::from_str(&doc.text).expect("YAML");
         let typed = parse(doc).expect("parses").to_json().expect("json");
@@ -1051,8 +1069,7 @@ fn without_the_ring_and_otlp_fields_the_config_has_none_of_them() {
 fn snapshot_go_operator_fields() {
     let s = go_operator_fields_stack();
     let docs = documents(
-        &s,
-        &effective(&s.spec),
+        &RenderInput::new(&s, effective(&s.spec)),
         &Settings::default(),
         &ServerCapabilities::MODERN,
     )

@@ -141,7 +141,9 @@ mod tests {
     use super::*;
     use crate::model::api::{LokiStack, LokiStackSize};
     use crate::model::defaults::effective;
-    use crate::render::{documents, parse, render, Child, ServerCapabilities, Settings};
+    use crate::render::{
+        documents, parse, render, Child, RenderInput, ServerCapabilities, Settings,
+    };
     use crate::testing::{stack, zoned_spec, ZONE};
     use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -179,7 +181,12 @@ mod tests {
     }
 
     fn children(s: &LokiStack, eff: &EffectiveStack) -> Vec<Child> {
-        render(s, eff, &Settings::default(), &ServerCapabilities::MODERN).expect("render")
+        render(
+            &RenderInput::new(s, eff.clone()),
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .expect("render")
     }
 
     #[test]
@@ -190,8 +197,12 @@ mod tests {
             file("b", "application", expr),
             file("c", "Team(A)", expr),
         ]);
-        let docs = documents(&s, &eff, &Settings::default(), &ServerCapabilities::MODERN)
-            .expect("documents");
+        let docs = documents(
+            &RenderInput::new(&s, eff.clone()),
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .expect("documents");
         for doc in &docs {
             let raw: Value = serde_yaml_ng::from_str(&doc.text).expect("yaml");
             assert_eq!(
@@ -330,7 +341,8 @@ mod tests {
     fn without_a_selector_the_ruler_keeps_rules_in_the_object_store() {
         let (s, mut eff) = ruled(vec![]);
         eff.ruler.files = None;
-        let config = crate::render::loki_config(&s, &eff).expect("config");
+        let config =
+            crate::render::loki_config(&RenderInput::new(&s, eff.clone())).expect("config");
         assert!(!config.contains("backend: local"), "{config}");
         assert!(!children(&s, &eff)
             .iter()
