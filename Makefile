@@ -209,3 +209,4 @@ fmt: ## Format the code
 lint: ## Check formatting and run clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --locked -p loki-zone-operator-tests --test e2e -- -D warnings

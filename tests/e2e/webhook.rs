@@ -20,7 +20,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use loki_zone_operator::model::names;
-use loki_zone_operator::pki::certs;
+use loki_zone_operator::webhook::certs;
 use loki_zone_operator_tests::harness::free_port;
 use loki_zone_operator_tests::nodesim::{eventually, ZONE};
 use serde_json::{json, Value};
