@@ -262,7 +262,7 @@ async fn nodes_by_name(env: &Env) -> Result<BTreeMap<String, Node>> {
 
 // ---------------------------------------------------------------------------------------
 
-/// 1. The CRD from manifests/ installs; a 1x.demo stack without zones becomes Ready.
+/// Scenario 1: The CRD from manifests/ installs; a 1x.demo stack without zones becomes Ready.
 async fn demo_stack_without_zones_becomes_ready(env: &mut Env) -> Result<()> {
     let ns = "e2e-demo";
     namespace(env, ns).await?;
@@ -283,7 +283,7 @@ async fn demo_stack_without_zones_becomes_ready(env: &mut Env) -> Result<()> {
     Ok(())
 }
 
-/// 2. A zone-aware 1x.small stack (RF 2) over 3 zones x 2 nodes.
+/// Scenario 2: A zone-aware 1x.small stack (RF 2) over 3 zones x 2 nodes.
 async fn zone_aware_small_stack_spreads_over_three_zones(env: &mut Env) -> Result<()> {
     let ns = "e2e-zones";
     namespace(env, ns).await?;
@@ -389,7 +389,7 @@ async fn zone_aware_small_stack_spreads_over_three_zones(env: &mut Env) -> Resul
     Ok(())
 }
 
-/// 3. RF 3 with only 2 zones: ZonesInsufficient and nothing applied; nodes of a third
+/// Scenario 3: RF 3 with only 2 zones: ZonesInsufficient and nothing applied; nodes of a third
 /// zone make the operator apply it with no user action.
 async fn rf3_over_two_zones_waits_then_applies(env: &mut Env) -> Result<()> {
     const RACK: &str = "e2e.loki-zone-operator.dev/rack";
@@ -451,7 +451,7 @@ async fn rf3_over_two_zones_waits_then_applies(env: &mut Env) -> Result<()> {
     Ok(())
 }
 
-/// 5. An edit while the zone check is Degraded leaves every running workload unchanged;
+/// Scenario 5: An edit while the zone check is Degraded leaves every running workload unchanged;
 /// when the zones come back, the edit is applied with no user action.
 async fn edit_while_degraded_changes_nothing_running(env: &mut Env) -> Result<()> {
     const RACK: &str = "e2e.loki-zone-operator.dev/rack";
@@ -505,7 +505,7 @@ async fn edit_while_degraded_changes_nothing_running(env: &mut Env) -> Result<()
     .await
 }
 
-/// 4. Nodes missing the key, and a node with an empty value, are named.
+/// Scenario 4: Nodes missing the key, and a node with an empty value, are named.
 async fn missing_and_empty_labels_are_reported(env: &mut Env) -> Result<()> {
     let ns = "e2e-labels";
     namespace(env, ns).await?;
@@ -552,7 +552,7 @@ async fn missing_and_empty_labels_are_reported(env: &mut Env) -> Result<()> {
     Ok(())
 }
 
-/// 6. Turning zones off removes every zone piece from the workloads.
+/// Scenario 6: Turning zones off removes every zone piece from the workloads.
 async fn turning_zones_off_removes_every_zone_piece(env: &mut Env) -> Result<()> {
     let (ns, name) = ("e2e-zones", "zones");
     let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), ns);
@@ -601,7 +601,7 @@ async fn turning_zones_off_removes_every_zone_piece(env: &mut Env) -> Result<()>
     Ok(())
 }
 
-/// 7. The operator runs as the ServiceAccount of manifests/, whose RBAC is exactly
+/// Scenario 7: The operator runs as the ServiceAccount of manifests/, whose RBAC is exactly
 /// enough: every other scenario passes with it, and it cannot delete nodes or PVCs (it
 /// deletes pods only for the zone-by-zone rollout, see e2e/rollout.rs).
 /// Secrets it may only read by name: it can neither list nor watch them anywhere, and
@@ -657,7 +657,7 @@ async fn operator_runs_with_least_privilege(env: &mut Env) -> Result<()> {
     Ok(())
 }
 
-/// 8. Pods created while the operator was down get their zone once it starts.
+/// Scenario 8: Pods created while the operator was down get their zone once it starts.
 async fn pods_created_while_down_are_annotated_on_start(env: &mut Env) -> Result<()> {
     let ns = "e2e-restart";
     namespace(env, ns).await?;
@@ -736,7 +736,7 @@ async fn pods_created_while_down_are_annotated_on_start(env: &mut Env) -> Result
     .await
 }
 
-/// 9. Deleting the stack garbage-collects its children; PVCs remain.
+/// Scenario 9: Deleting the stack garbage-collects its children; PVCs remain.
 async fn deleting_a_stack_collects_children_but_keeps_pvcs(env: &mut Env) -> Result<()> {
     let (ns, name) = ("e2e-zones", "zones");
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(env.admin.clone(), ns);
@@ -782,7 +782,7 @@ async fn deleting_a_stack_collects_children_but_keeps_pvcs(env: &mut Env) -> Res
     Ok(())
 }
 
-/// 10. Invalid specs are rejected by the API server with the field named; the CEL rules,
+/// Scenario 10: Invalid specs are rejected by the API server with the field named; the CEL rules,
 /// which 1.20 ignores, are reported by the reconciler instead. Valid specs (the samples,
 /// values at every bound) are admitted. The table is shared with `tests/admission.rs`,
 /// which runs it against a current API server.
@@ -868,7 +868,7 @@ fn audit_since(audit: &std::path::Path, start: usize) -> (Vec<String>, usize) {
     (writes, reads)
 }
 
-/// 11. Idle is free: with nothing changing, resyncs send no write request.
+/// Scenario 11: Idle is free: with nothing changing, resyncs send no write request.
 async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
     // Earlier scenarios (zone outages among them) may still be rolling pods: idle means
     // every stack settled (Ready, or held back on purpose) and no status changing.
@@ -1045,7 +1045,7 @@ async fn reconciles(env: &Env) -> Result<u64> {
         .sum::<f64>() as u64)
 }
 
-/// 12. A missing storage Secret, then one lacking keys, are reported with what to
+/// Scenario 12: A missing storage Secret, then one lacking keys, are reported with what to
 /// change; fixing the Secret applies the stack with no change to the stack. Once the
 /// stack runs, a Secret edit is read at once when the stack is annotated.
 async fn storage_secret_errors_are_reported_and_fixing_the_secret_applies(
@@ -1152,7 +1152,7 @@ fn zone_aware_pod(name: &str, stack: &str, keys: &str) -> Result<Pod> {
     }))?)
 }
 
-/// 13. A pod on a node that lacks a topology label waits without a zone, is named in
+/// Scenario 13: A pod on a node that lacks a topology label waits without a zone, is named in
 /// its stack's status, and gets its zone as soon as the node is labelled. A pod that
 /// names node labels that are not its stack's topology keys never gets them copied.
 async fn pod_on_unlabelled_node_is_named_then_annotated_when_labelled(env: &mut Env) -> Result<()> {
@@ -1254,7 +1254,7 @@ async fn foreign_keys_are_never_copied(env: &Env, ns: &str) -> Result<()> {
     Ok(())
 }
 
-/// 14. Disabling the ruler removes its objects (claims stay); an Unmanaged stack is left
+/// Scenario 14: Disabling the ruler removes its objects (claims stay); an Unmanaged stack is left
 /// exactly as it is.
 async fn disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone(env: &mut Env) -> Result<()> {
     let ns = "e2e-ruler";
@@ -1320,7 +1320,7 @@ async fn disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone(env: &mut 
     Ok(())
 }
 
-/// 15. Two operator replicas: one leads; when it stops, the standby takes over and
+/// Scenario 15: Two operator replicas: one leads; when it stops, the standby takes over and
 /// reconciles.
 async fn standby_replica_takes_over_when_the_leader_stops(env: &mut Env) -> Result<()> {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -1362,7 +1362,7 @@ macro_rules! scenarios {
     };
 }
 
-/// 16. A failed apply (a ResourceQuota that forbids Services) shows as Degraded
+/// Scenario 16: A failed apply (a ResourceQuota that forbids Services) shows as Degraded
 /// `ApplyFailed` and is retried with the error backoff: once the quota is gone, the stack
 /// is applied within seconds, although the operator's resync is 10 minutes and nothing
 /// the operator watches changes.
@@ -1417,7 +1417,7 @@ async fn apply_failure_is_retried_with_the_error_backoff(env: &mut Env) -> Resul
     result
 }
 
-/// 17. A LokiStack stored before the CRD bounded a field (here `replication.factor:
+/// Scenario 17: A LokiStack stored before the CRD bounded a field (here `replication.factor:
 /// 2147483648`, which no i32 holds) stops only itself: across an operator restart,
 /// another stack is still applied and becomes Ready, and the bad one is told which field
 /// to fix.
@@ -1505,7 +1505,7 @@ async fn a_stack_that_does_not_decode_stops_only_itself(env: &mut Env) -> Result
     Ok(())
 }
 
-/// 18. Never adopt: a user's ConfigMap that has a child's name is left untouched and the
+/// Scenario 18: Never adopt: a user's ConfigMap that has a child's name is left untouched and the
 /// stack says NameConflict naming it; deleting the stack leaves it. A stack named
 /// `default` does not claim the namespace's `default` ServiceAccount.
 async fn objects_of_the_same_name_are_never_adopted(env: &mut Env) -> Result<()> {
@@ -1594,7 +1594,7 @@ async fn a_missing_storage_ca_is_named_then_found(env: &mut Env) -> Result<()> {
     Ok(())
 }
 
-/// 19. A StorageClass that does not exist holds the stack back with a condition that
+/// Scenario 19: A StorageClass that does not exist holds the stack back with a condition that
 /// names it; once it exists the stack is applied by itself, and a class that binds at
 /// once is a warning for a zone-aware stack.
 async fn storage_class_missing_then_immediate(env: &mut Env) -> Result<()> {

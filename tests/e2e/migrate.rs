@@ -195,7 +195,7 @@ fn has_env(d: &Deployment, name: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// 27. A stack and children as the Go Loki Operator leaves them are taken over: Go-only
+/// Scenario 27: A stack and children as the Go Loki Operator leaves them are taken over: Go-only
 /// fields survive our CRD and are named in a Warning, the children keep their names and
 /// end managed by this operator alone, a field only the Go operator set is removed, pods
 /// whose template does not change keep running, and the Go gateway is left running.

@@ -294,7 +294,7 @@ pub(super) async fn ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zon
     paused_while_a_zone_is_lost(env, &watch, &zone_of).await
 }
 
-/// 2. zone-a, the first in order, goes dark right after a second change: its ingesters
+/// Scenario 2: zone-a, the first in order, goes dark right after a second change: its ingesters
 /// are deleted but no kubelet confirms, then the zone turns unavailable. Zones b and c
 /// are left alone for as long as it lasts; once zone-a is back the rollout goes on.
 async fn paused_while_a_zone_is_lost(

@@ -185,7 +185,7 @@ async fn covered(env: &Env, ns: &str) -> Result<MutatingWebhookConfiguration> {
     .await
 }
 
-/// 31. A zone-aware stack's pods carry their zone in the very watch event that binds
+/// Scenario 31: A zone-aware stack's pods carry their zone in the very watch event that binds
 /// them: the webhook changed every Binding, and the annotator wrote nothing.
 pub async fn pods_are_zoned_in_the_event_that_binds_them(env: &mut Env) -> Result<()> {
     namespace(env, NS).await?;
@@ -255,7 +255,7 @@ pub async fn pods_are_zoned_in_the_event_that_binds_them(env: &mut Env) -> Resul
     Ok(())
 }
 
-/// 32. A namespace that holds no zone-aware stack never reaches the webhook, and pods
+/// Scenario 32: A namespace that holds no zone-aware stack never reaches the webhook, and pods
 /// there that claim to be a stack's zone-aware pods get no node label copied: no
 /// binding there was sent to us, and the annotator says why it leaves them.
 pub async fn a_namespace_without_zone_aware_stacks_never_reaches_the_webhook(
@@ -310,7 +310,7 @@ async fn configuration_taken() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
-/// 33. A webhook the API server cannot trust, or cannot reach, never blocks scheduling:
+/// Scenario 33: A webhook the API server cannot trust, or cannot reach, never blocks scheduling:
 /// the pods are bound at once and zoned by the annotator. A wrong caBundle is put back
 /// by the operator, after which pods are zoned at bind again.
 pub async fn a_broken_webhook_never_blocks_scheduling(env: &mut Env) -> Result<()> {
