@@ -11,9 +11,11 @@ use std::collections::BTreeSet;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::ObjectRef;
 use kube::ResourceExt;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::model::api::LokiStack;
+use crate::model::api::{LokiStack, ReplicationSpec};
+use crate::model::defaults;
 use crate::model::conditions::{status_str, ConditionType, Reason};
 use crate::model::names;
 
@@ -86,11 +88,15 @@ pub fn storage_secret_name(obj: &DynamicObject) -> Option<&str> {
     obj.data.pointer("/spec/storage/secret/name")?.as_str()
 }
 
+/// [`defaults::zone_aware`] of the stored stack, decoding only `spec.replication`. A
+/// replication the CRD schema would not admit counts as not zone-aware: its reconcile
+/// reports the decode error, and the webhooks then leave its pods and evictions alone.
 pub fn is_zone_aware(obj: &DynamicObject) -> bool {
-    obj.data
-        .pointer("/spec/replication/zones")
-        .and_then(Value::as_array)
-        .is_some_and(|z| !z.is_empty())
+    let replication = obj
+        .data
+        .pointer("/spec/replication")
+        .and_then(|r| ReplicationSpec::deserialize(r).ok());
+    defaults::replication_zone_aware(replication.as_ref())
 }
 
 /// Whether the stack's status says its current spec was applied (`observedGeneration`
@@ -240,5 +246,27 @@ mod tests {
         assert_eq!(s.spec.storage.secret.name, "loki-s3");
         assert_eq!(storage_secret_name(&obj), Some("loki-s3"));
         assert!(is_zone_aware(&obj));
+    }
+
+    /// The routing answer is the spec's: the same replication gives the same answer
+    /// decoded whole or read from the store, and one the schema would not admit is not
+    /// zone-aware.
+    #[test]
+    fn zone_awareness_of_a_stored_stack_is_the_specs() {
+        for replication in [
+            json!({"zones": [{"topologyKey": "zone"}]}),
+            json!({"zones": []}),
+            json!({"factor": 2}),
+        ] {
+            let obj = stored(json!({
+                "size": "1x.demo",
+                "storage": {"secret": {"name": "s", "type": "s3"}},
+                "replication": replication,
+            }));
+            let spec = decode(&obj).expect("decodes").spec;
+            assert_eq!(is_zone_aware(&obj), defaults::zone_aware(&spec), "{replication}");
+        }
+        assert!(!is_zone_aware(&stored(json!({}))));
+        assert!(!is_zone_aware(&stored(json!({"replication": {"zones": "zone"}}))));
     }
 }

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::model::api::{
     LokiComponentSpec, LokiStackSize, LokiStackSpec, ObjectStorageSchema,
-    ObjectStorageSchemaVersion, ZoneSpec,
+    ObjectStorageSchemaVersion, ReplicationSpec, ZoneSpec,
 };
 use crate::model::names;
 use crate::model::storage::StoreParams;
@@ -226,6 +226,7 @@ impl EffectiveStack {
         self.components.iter().find(|e| e.component == c)
     }
 
+    /// [`zone_aware`] of the spec this was resolved from: `zones` is its list, copied.
     pub fn zone_aware(&self) -> bool {
         !self.zones.is_empty()
     }
@@ -313,11 +314,15 @@ pub fn replication_factor(spec: &LokiStackSpec) -> i32 {
 }
 
 /// Whether the stack spreads copies over zones: `spec.replication.zones` is not empty.
-/// The single definition; [`EffectiveStack::zone_aware`] and the node triggers use it.
+/// The single definition: [`EffectiveStack::zone_aware`] reads the zones copied from the
+/// same list, and the caches' routing (`caches::stacks::is_zone_aware`) decodes
+/// `spec.replication` and asks [`replication_zone_aware`].
 pub fn zone_aware(spec: &LokiStackSpec) -> bool {
-    spec.replication
-        .as_ref()
-        .is_some_and(|r| !r.zones.is_empty())
+    replication_zone_aware(spec.replication.as_ref())
+}
+
+pub fn replication_zone_aware(replication: Option<&ReplicationSpec>) -> bool {
+    replication.is_some_and(|r| !r.zones.is_empty())
 }
 
 /// Resolves every default. Pure; the static rules (`checks/validate.rs`) are checked before.
@@ -400,7 +405,7 @@ mod tests {
         spec.replication_factor = Some(3);
         assert_eq!(replication_factor(&spec), 3);
         spec.replication_factor = None;
-        spec.replication = Some(crate::model::api::ReplicationSpec {
+        spec.replication = Some(ReplicationSpec {
             factor: Some(1),
             zones: vec![],
             zone_outage: None,
