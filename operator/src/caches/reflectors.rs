@@ -4,7 +4,7 @@
 //! of every replica, the annotator and the reconciler of the leader all read the same
 //! stores, so each object is cached once per process, and a standby that takes over
 //! has a warm view at once. Each cache strips what the operator never reads before it
-//! is stored (`strip.rs`). Every change maps to the stacks it concerns and goes to the
+//! is stored (`keep.rs`). Every change maps to the stacks it concerns and goes to the
 //! taps a term attaches to (`taps.rs`).
 //!
 //! Namespaced kinds are watched in the namespaces of the [`Scope`] only (one store per
@@ -507,19 +507,10 @@ fn watch_volumes(
     )
 }
 
-/// Pods are cached once, in one of two stores split by label: zone-aware pods (every pod
-/// labelled `loki.grafana.com/zone-aware=enabled`, a stack's or not: the annotator serves
-/// them all) and the other pods of stacks. A change re-runs the pod's stack (status), and
-/// a zone-aware pod also goes to the annotator.
-fn watch_pods(
-    client: &Client,
-    scope: &Scope,
-    taps: &Taps,
-    zone_aware: bool,
-) -> (Store<Pod>, Index, JoinHandle<()>) {
-    let stack_tx = taps.stacks.clone();
-    let pod_tx = zone_aware.then(|| taps.zone_aware_pods.clone());
-    let selector = if zone_aware {
+/// The label selector of the pod store of zone-aware pods, or of the other pods of
+/// stacks: the two select no pod in common.
+pub fn pod_selector(zone_aware: bool) -> String {
+    if zone_aware {
         format!(
             "{}={}",
             names::LABEL_ZONE_AWARE,
@@ -533,7 +524,22 @@ fn watch_pods(
             names::LABEL_ZONE_AWARE,
             names::LABEL_ZONE_AWARE_VALUE
         )
-    };
+    }
+}
+
+/// Pods are cached once, in one of two stores split by label: zone-aware pods (every pod
+/// labelled `loki.grafana.com/zone-aware=enabled`, a stack's or not: the annotator serves
+/// them all) and the other pods of stacks. A change re-runs the pod's stack (status), and
+/// a zone-aware pod also goes to the annotator.
+fn watch_pods(
+    client: &Client,
+    scope: &Scope,
+    taps: &Taps,
+    zone_aware: bool,
+) -> (Store<Pod>, Index, JoinHandle<()>) {
+    let stack_tx = taps.stacks.clone();
+    let pod_tx = zone_aware.then(|| taps.zone_aware_pods.clone());
+    let selector = pod_selector(zone_aware);
     spawn_typed(
         scope.watches(
             || Api::all(client.clone()),

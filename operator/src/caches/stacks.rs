@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::model::api::{LokiStack, ReplicationSpec};
-use crate::model::defaults;
 use crate::model::conditions::{status_str, ConditionType, Reason};
+use crate::model::defaults;
 use crate::model::names;
 
 /// The node labels a zone-aware stack's pods may have copied onto them: the topology
@@ -264,9 +264,15 @@ mod tests {
                 "replication": replication,
             }));
             let spec = decode(&obj).expect("decodes").spec;
-            assert_eq!(is_zone_aware(&obj), defaults::zone_aware(&spec), "{replication}");
+            assert_eq!(
+                is_zone_aware(&obj),
+                defaults::zone_aware(&spec),
+                "{replication}"
+            );
         }
         assert!(!is_zone_aware(&stored(json!({}))));
-        assert!(!is_zone_aware(&stored(json!({"replication": {"zones": "zone"}}))));
+        assert!(!is_zone_aware(&stored(
+            json!({"replication": {"zones": "zone"}})
+        )));
     }
 }

@@ -1,4 +1,7 @@
-//! Builders shared by the unit tests.
+//! Builders shared by the unit tests, and a fake API server for the glue's
+//! (`cluster.rs`).
+
+pub mod cluster;
 
 use std::collections::BTreeMap;
 
