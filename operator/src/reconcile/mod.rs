@@ -81,6 +81,13 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// A failed apply is in the status written before the error comes back (Degraded,
+    /// with the message), and the report announced it when the condition changed: a
+    /// second Event would fold into the first as a series and count one failure twice.
+    fn shown_in_status(&self) -> bool {
+        matches!(self, ReconcileError::Apply(_))
+    }
+
     /// The Event reason, and the `result` label of the reconciles metric.
     fn reason(&self) -> (EventReason, &'static str) {
         match self {
@@ -122,10 +129,12 @@ pub async fn reconcile(
         Err(e) => {
             let (reason, label) = e.reason();
             warn!(stack = %stack.name_any(), namespace = ?stack.namespace(), error = %e, "reconcile failed; retrying in {ERROR_BACKOFF:?}");
-            let object = stack.object_ref(&());
-            ctx.notify
-                .event(&object, EventType::Warning, reason, e.to_string())
-                .await;
+            if !e.shown_in_status() {
+                let object = stack.object_ref(&());
+                ctx.notify
+                    .event(&object, EventType::Warning, reason, e.to_string())
+                    .await;
+            }
             label
         }
     };
@@ -243,3 +252,6 @@ pub fn error_policy(
     // `reconcile` has logged, counted and reported the error already.
     Action::requeue(ERROR_BACKOFF)
 }
+
+#[cfg(test)]
+mod tests;

@@ -164,15 +164,18 @@ fn started_note(zone: Option<&str>, deleted: &[Victim]) -> (Happening, String) {
     }
 }
 
-/// Every pod the zone-outage recovery moved, and every move that failed.
+/// Every pod the zone-outage recovery moved, and every move that failed. Each pod's
+/// Events carry an action of their own: with one action, the recorder folded the second
+/// pod moved in a reconcile into the first one's Event, whose note names only the first.
 fn recovery_events(done: &Done) -> Vec<PlannedEvent> {
-    let moved = done
-        .recovered
-        .moved
-        .iter()
-        .map(|m| PlannedEvent::normal(Happening::ZoneOutageRecovery, moved_note(m)));
-    let failed = done.recovered.failed.iter().map(|(m, why)| {
-        PlannedEvent::warning(
+    let action = |m: &Move| Some(format!("Move {}", m.pod));
+    let moved = done.recovered.moved.iter().map(|m| PlannedEvent {
+        action: action(m),
+        ..PlannedEvent::normal(Happening::ZoneOutageRecovery, moved_note(m))
+    });
+    let failed = done.recovered.failed.iter().map(|(m, why)| PlannedEvent {
+        action: action(m),
+        ..PlannedEvent::warning(
             Happening::ZoneOutageRecoveryFailed,
             format!("cannot move pod {} out of the lost zone: {why}", m.pod),
         )
