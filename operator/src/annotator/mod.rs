@@ -323,3 +323,6 @@ impl Annotator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -249,3 +249,217 @@ fn register_webhooks(p: &Parts, tasks: &mut JoinSet<()>) -> WebhookCoverage {
         disruptions,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! A term over a fake API server (`testing::cluster`), time paused: the runtime
+    //! moves the clock only once every task waits.
+
+    use super::*;
+    use crate::model::api::LokiStackSize;
+    use crate::model::names;
+    use crate::testing::cluster::{Call, FakeCluster};
+    use crate::testing::{self, ZONE};
+    use crate::webhook::review::LeaderView;
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::ObjectMeta;
+    use kube::runtime::events::{Recorder, Reporter};
+    use serde_json::json;
+
+    const NS: &str = "logging";
+
+    /// A cluster with a zone-aware 1x.demo stack `s`, what it needs, a node in zone-a,
+    /// and the zone-at-bind configuration an earlier run registered.
+    fn cluster() -> FakeCluster {
+        let cluster = FakeCluster::new(ServerCapabilities::MODERN);
+        cluster.put(StorageClass {
+            metadata: ObjectMeta {
+                name: Some("standard".into()),
+                ..Default::default()
+            },
+            provisioner: "example.com/disk".into(),
+            ..Default::default()
+        });
+        let keys = [
+            "endpoint",
+            "bucketnames",
+            "access_key_id",
+            "access_key_secret",
+        ];
+        cluster.put(Secret {
+            metadata: ObjectMeta {
+                name: Some("loki-s3".into()),
+                namespace: Some(NS.into()),
+                ..Default::default()
+            },
+            data: Some(
+                keys.iter()
+                    .map(|k| (k.to_string(), k8s_openapi::ByteString(b"x".to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        cluster.put(testing::node("n-a", &[(ZONE, "zone-a")]));
+        cluster.put(testing::stack(
+            "s",
+            testing::zoned_spec(LokiStackSize::Demo, 1, &[ZONE]),
+        ));
+        cluster.put(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": names::WEBHOOK_CONFIGURATION,
+                         "labels": {names::LABEL_MANAGED_BY: names::CONTROLLER_NAME}},
+        }));
+        cluster
+    }
+
+    /// What a term starts from, with the webhook switched off.
+    fn parts(cluster: &FakeCluster) -> Parts {
+        let client = cluster.client.clone();
+        let notify = Notifier::new(Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: names::CONTROLLER_NAME.into(),
+                instance: None,
+            },
+        ));
+        Parts {
+            client,
+            caches: cluster.caches.clone(),
+            taps: cluster.taps.clone(),
+            capabilities: cluster.capabilities,
+            settings: Settings::default(),
+            resync: Duration::from_secs(300),
+            secret_poll: Duration::from_secs(120),
+            webhook: WebhookConfig {
+                mode: WebhookMode::Off,
+                disruptions: false,
+                addr: ([127, 0, 0, 1], 0).into(),
+                namespace: "loki-zone-operator".into(),
+                owner_role: "loki-zone-operator-webhook-configuration".into(),
+            },
+            ca_bundle: watch::channel(None).1,
+            leader_view: LeaderView::default(),
+            notify,
+            metrics: Arc::new(Metrics::default()),
+        }
+    }
+
+    /// A zone-aware pod of `s`, bound to n-a.
+    fn pod(name: &str) -> k8s_openapi::api::core::v1::Pod {
+        testing::pod(name)
+            .namespace(NS)
+            .stack("s")
+            .zone_aware()
+            .zone_keys(ZONE)
+            .on("n-a")
+            .build()
+    }
+
+    async fn settle() {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+
+    fn has(calls: &[Call], line: &str) -> bool {
+        calls.iter().any(|c| c.line() == line)
+    }
+
+    /// A term reconciles every stack, zones the pods waiting, and removes the webhook
+    /// configuration of a switched-off webhook; once ended, nothing of it runs: a stack
+    /// triggered or a pod bound then sends no request.
+    #[tokio::test(start_paused = true)]
+    async fn a_term_does_the_leaders_work_and_nothing_after_it_ends() {
+        let cluster = cluster();
+        cluster.put(pod("early"));
+        let parts = parts(&cluster);
+        let term = Term::start(&parts);
+        settle().await;
+        let calls = cluster.take_calls();
+        for line in [
+            format!("apply {NS}/statefulsets/s-ingester"),
+            format!("apply {NS}/lokistacks/s/status"),
+            format!("merge {NS}/pods/early"),
+            format!(
+                "delete mutatingwebhookconfigurations/{}",
+                names::WEBHOOK_CONFIGURATION
+            ),
+        ] {
+            assert!(
+                has(&calls, &line),
+                "{line} in {:?}",
+                calls.iter().map(Call::line).collect::<Vec<_>>()
+            );
+        }
+        assert!(cluster.taps.stacks.is_attached() && cluster.taps.zone_aware_pods.is_attached());
+        term.end().await;
+        assert!(
+            !cluster.taps.stacks.is_attached(),
+            "the controller's tap is detached"
+        );
+        assert!(
+            !cluster.taps.zone_aware_pods.is_attached(),
+            "the annotator's tap is detached"
+        );
+        cluster.put(pod("late"));
+        cluster.taps.stacks.send(stacks::stack_ref(NS, "s"));
+        settle().await;
+        assert_eq!(
+            cluster
+                .take_calls()
+                .iter()
+                .map(Call::line)
+                .collect::<Vec<_>>(),
+            Vec::<String>::new()
+        );
+    }
+
+    /// A reconcile stalled on the API server (a connection that never answers) does not
+    /// outlive its term: `end` aborts it and returns, and nothing it would have sent next
+    /// is sent.
+    #[tokio::test(start_paused = true)]
+    async fn ending_a_term_stops_a_reconcile_stalled_on_the_api_server() {
+        let cluster = cluster();
+        cluster.stall_next("apply", &format!("{NS}/configmaps/s-config"));
+        let term = Term::start(&parts(&cluster));
+        settle().await;
+        let calls = cluster.take_calls();
+        assert!(has(&calls, &format!("apply {NS}/configmaps/s-config")));
+        assert!(
+            !has(&calls, &format!("apply {NS}/statefulsets/s-ingester")),
+            "stalled before the second wave"
+        );
+        tokio::time::timeout(Duration::from_secs(1), term.end())
+            .await
+            .expect("the term ends at once");
+        settle().await;
+        let after: Vec<String> = cluster.take_calls().iter().map(Call::line).collect();
+        assert!(!after.iter().any(|l| l.starts_with("apply")), "{after:?}");
+    }
+
+    /// On shutdown, a reconcile under way may finish (within the grace period): its
+    /// status is written before the term ends.
+    #[tokio::test(start_paused = true)]
+    async fn finishing_a_term_lets_the_reconcile_under_way_finish() {
+        let cluster = cluster();
+        cluster.delay_next(
+            "apply",
+            &format!("{NS}/configmaps/s-config"),
+            Duration::from_secs(3),
+        );
+        let term = Term::start(&parts(&cluster));
+        // Long enough for the reconcile to reach the slow apply, not to get past it.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!has(
+            &cluster.take_calls(),
+            &format!("apply {NS}/lokistacks/s/status")
+        ));
+        term.finish().await;
+        let calls = cluster.take_calls();
+        assert!(has(&calls, &format!("apply {NS}/statefulsets/s-ingester")));
+        assert!(
+            has(&calls, &format!("apply {NS}/lokistacks/s/status")),
+            "the status of the reconcile under way is written"
+        );
+    }
+}
