@@ -158,7 +158,7 @@ pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
         ready.clone(),
     ));
     wait_for_crd(&client, &shutdown).await?;
-    let (parts, process_tasks) =
+    let (parts, process_tasks, webhook_server) =
         start_process(&client, &cfg, capabilities, metrics, &ready).await?;
     let lease_client = cfg.lease_client.clone().unwrap_or_else(|| client.clone());
     let elector = cfg.leader.clone().map(|l| Elector::new(lease_client, l));
@@ -178,6 +178,9 @@ pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
             TermEnd::Server(e) => break Err(RunError::Server(e)),
         }
     };
+    // The webhook serves until the term has finished (a terminating pod may still get
+    // reviews until its endpoint is gone), then answers the reviews under way.
+    webhook_server.shut_down().await;
     for t in process_tasks {
         t.abort();
     }
@@ -196,7 +199,7 @@ async fn start_process(
     capabilities: ServerCapabilities,
     metrics: Arc<Metrics>,
     ready: &server::Readiness,
-) -> Result<(Parts, Vec<JoinHandle<()>>), RunError> {
+) -> Result<(Parts, Vec<JoinHandle<()>>, webhook::serve::Server), RunError> {
     info!(namespaces = %cfg.scope, "watching LokiStacks");
     let taps = Taps::default();
     let rule_kinds = crate::caches::rules::served(client).await;
@@ -234,7 +237,7 @@ async fn start_process(
         metrics,
     };
     tasks.extend(hook.tasks);
-    Ok((parts, tasks))
+    Ok((parts, tasks, hook.server))
 }
 
 /// The webhook is served by every replica, leader or not: the Service sends reviews to

@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::binding::{self, BindDecision};
@@ -54,6 +55,26 @@ pub struct Served {
     pub tasks: Vec<JoinHandle<()>>,
     /// Set by the leader for its term: the zone-disruption webhook decides only there.
     pub leader: LeaderView,
+    /// Stops the HTTPS server at the end of the process.
+    pub server: Server,
+}
+
+/// The HTTPS server of the webhook, to stop at the end of the process.
+#[derive(Default)]
+pub struct Server {
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Stops accepting connections and returns once the reviews under way are
+    /// answered (within `tls::LIMITS.drain`): see `tls::serve`.
+    pub async fn shut_down(self) {
+        self.stop.cancel();
+        if let Some(task) = self.task {
+            let _ = task.await;
+        }
+    }
 }
 
 /// Binds the webhook port (an error here is the operator's to report at start) and starts
@@ -75,6 +96,7 @@ pub async fn start(
             ca_bundle,
             tasks: Vec::new(),
             leader: LeaderView::default(),
+            server: Server::default(),
         });
     };
     let listener = tokio::net::TcpListener::bind(cfg.addr).await?;
@@ -99,17 +121,23 @@ pub async fn start(
     }
     let router = router.with_state(hook);
     tasks.push(tokio::spawn(certs));
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = tls::serve(listener, slot, router, tls::LIMITS).await {
+    let stop = CancellationToken::new();
+    let stopping = stop.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = tls::serve(listener, slot, router, tls::LIMITS, stopping).await {
             warn!(error = %e, "webhook server stopped");
         }
-    }));
+    });
     info!(addr = %cfg.addr, mode = ?cfg.mode, "zone-at-bind webhook serving");
     Ok(Served {
         ready: Some(ready),
         ca_bundle,
         tasks,
         leader,
+        server: Server {
+            stop,
+            task: Some(task),
+        },
     })
 }
 

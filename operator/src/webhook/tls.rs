@@ -16,6 +16,8 @@ use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::debug;
 
 /// What one client may hold of the server. The API server opens a few keep-alive
@@ -32,6 +34,8 @@ pub struct Limits {
     pub max_age: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub connections: usize,
+    /// On shutdown, how long the reviews under way may take to be answered.
+    pub drain: Duration,
 }
 
 pub const LIMITS: Limits = Limits {
@@ -39,6 +43,9 @@ pub const LIMITS: Limits = Limits {
     header_read: Duration::from_secs(10),
     max_age: Duration::from_secs(300),
     connections: 256,
+    // The API server gives up on a review after at most 5 s (the disruption webhook's
+    // timeout): an answer later than that reaches nobody.
+    drain: Duration::from_secs(5),
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -98,22 +105,37 @@ pub fn server_config(slot: Arc<CertSlot>) -> Result<ServerConfig, TlsError> {
     Ok(config)
 }
 
-/// Serves `router` over TLS on `listener` until the task is dropped, within `limits`.
+/// Serves `router` over TLS on `listener`, within `limits`, until `stop`: then it
+/// accepts no more connections (the listener closes, so new ones are refused), closes
+/// the idle ones, lets each review under way be answered and returns once every
+/// connection has closed, or after `limits.drain`. An API server cut off in the middle
+/// of a review counts it as the webhook failing: for the disruption webhook, which fails
+/// closed, a refused eviction that `kubectl drain` does not retry.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     slot: Arc<CertSlot>,
     router: Router,
     limits: Limits,
+    stop: CancellationToken,
 ) -> std::io::Result<()> {
     let config = server_config(slot).map_err(std::io::Error::other)?;
     let acceptor = TlsAcceptor::from(Arc::new(config));
     let slots = Arc::new(Semaphore::new(limits.connections));
+    let connections = TaskTracker::new();
     loop {
         // Waiting for a free slot leaves new connections in the kernel's backlog.
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return Ok(());
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stop.cancelled() => break,
         };
-        let (tcp, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.cancelled() => break,
+        };
+        let (tcp, peer) = match accepted {
             Ok(c) => c,
             // Out of file descriptors and the like: the listener itself still works.
             Err(e) => {
@@ -123,8 +145,8 @@ pub async fn serve(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let (acceptor, router) = (acceptor.clone(), router.clone());
-        tokio::spawn(async move {
+        let (acceptor, router, stop) = (acceptor.clone(), router.clone(), stop.clone());
+        connections.spawn(async move {
             let _permit = permit;
             let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
@@ -139,8 +161,12 @@ pub async fn serve(
             tokio::pin!(conn);
             let ended = tokio::select! {
                 ended = conn.as_mut() => ended,
+                // Closes now if idle, else after the request under way.
                 _ = tokio::time::sleep(limits.max_age) => {
-                    // Closes now if idle, else after the request under way.
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+                _ = stop.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
                 }
@@ -150,6 +176,18 @@ pub async fn serve(
             }
         });
     }
+    drop(listener);
+    connections.close();
+    if tokio::time::timeout(limits.drain, connections.wait())
+        .await
+        .is_err()
+    {
+        debug!(
+            "webhook connections still open after {:?}; closing them",
+            limits.drain
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -314,9 +352,16 @@ mod tests {
             header_read: Duration::from_millis(300),
             max_age: Duration::from_secs(60),
             connections: 1,
+            drain: Duration::from_secs(1),
         };
         let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
-        let server = tokio::spawn(serve(listener, slot, router, limits));
+        let server = tokio::spawn(serve(
+            listener,
+            slot,
+            router,
+            limits,
+            CancellationToken::new(),
+        ));
         let bundle = certs.ca_bundle();
         let started = std::time::Instant::now();
         let mut silent = connect(addr, &bundle).await.expect("first client");
@@ -346,5 +391,102 @@ mod tests {
         let _ = c.read_to_end(&mut reply).await;
         assert!(String::from_utf8_lossy(&reply).ends_with("ok"), "{reply:?}");
         server.abort();
+    }
+
+    /// Reads one HTTP/1.1 response with a `content-length` body from `c`.
+    async fn response<S: tokio::io::AsyncRead + Unpin>(c: &mut S) -> String {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let text = String::from_utf8_lossy(&got).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(String::from)
+                    })
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    return text;
+                }
+            }
+            match c.read(&mut buf).await {
+                Ok(0) | Err(_) => return String::from_utf8_lossy(&got).to_string(),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    /// On stop, the server refuses new connections, closes an idle keep-alive one, and
+    /// still answers the review under way before it returns.
+    #[tokio::test]
+    async fn a_stopped_server_answers_the_review_under_way_and_takes_no_more() {
+        let certs = issue(&["127.0.0.1"]);
+        let slot = Arc::new(CertSlot::default());
+        slot.set(certified_key(certs.tls_crt.as_bytes(), certs.tls_key.as_bytes()).expect("key"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (arrived_tx, arrived) = tokio::sync::oneshot::channel::<()>();
+        let arrived_tx = Arc::new(std::sync::Mutex::new(Some(arrived_tx)));
+        let release = Arc::new(tokio::sync::Notify::new());
+        let held = release.clone();
+        let router = Router::new()
+            .route("/fast", axum::routing::get(|| async { "fast" }))
+            .route(
+                "/slow",
+                axum::routing::get(move || {
+                    let (arrived_tx, held) = (arrived_tx.clone(), held.clone());
+                    async move {
+                        if let Some(tx) = arrived_tx.lock().expect("lock").take() {
+                            let _ = tx.send(());
+                        }
+                        held.notified().await;
+                        "answered"
+                    }
+                }),
+            );
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(listener, slot, router, LIMITS, stop.clone()));
+        let bundle = certs.ca_bundle();
+        // An idle keep-alive connection, as the API server keeps them.
+        let mut idle = connect(addr, &bundle).await.expect("idle client");
+        idle.write_all(b"GET /fast HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        assert!(response(&mut idle).await.ends_with("fast"));
+        // A review under way.
+        let mut busy = connect(addr, &bundle).await.expect("busy client");
+        busy.write_all(b"GET /slow HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        arrived.await.expect("the slow request arrived");
+        stop.cancel();
+        let mut buf = [0u8; 16];
+        let closed = tokio::time::timeout(Duration::from_secs(3), idle.read(&mut buf)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+            "the idle connection stays open: {closed:?}"
+        );
+        let refused = tokio::time::timeout(Duration::from_secs(3), connect(addr, &bundle)).await;
+        assert!(
+            matches!(refused, Ok(Err(_))),
+            "a new connection was accepted after the stop"
+        );
+        assert!(
+            !server.is_finished(),
+            "the server returned with a review under way"
+        );
+        release.notify_one();
+        assert!(response(&mut busy).await.ends_with("answered"));
+        tokio::time::timeout(Duration::from_secs(3), server)
+            .await
+            .expect("the server returns once the review is answered")
+            .expect("task")
+            .expect("served");
     }
 }
