@@ -1,6 +1,7 @@
 //! What the caches keep of each object: only what the operator reads, so memory stays
 //! flat. Nodes keep labels, taints, cordon and readiness; pods keep metadata, node and
-//! phase; Secrets keep their key names, never their values; the operator's children keep
+//! phase; Secrets keep their key names, and values only of the keys that are addresses
+//! (endpoint, region), never credentials; the operator's children keep
 //! metadata and the field-manager entries that say who wrote them
 //! ([`crate::model::writers::keep_markers`]).
 

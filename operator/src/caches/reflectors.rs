@@ -482,8 +482,9 @@ fn watch_storage_classes(
     )
 }
 
-/// PersistentVolumes: a volume bound, released or deleted re-runs the zone-aware stacks
-/// of its claim's namespace (a volume keeps its zone known to the stack).
+/// PersistentVolumes: a volume bound, released or deleted re-runs the stacks of its
+/// claim's namespace (a volume keeps its zone known to a zone-aware stack; the others
+/// look at it once, which costs reads only).
 fn watch_volumes(
     client: &Client,
     stacks: Store<DynamicObject>,

@@ -4,8 +4,7 @@
 //! configurations cover, and the one clock of the reconcile. The plan reads this
 //! snapshot, never the caches, so a reconcile decides on one consistent picture and the
 //! pure steps can be tested with a hand-made one. (The executor reads the caches while it
-//! works: the applier, whether a child changed since; the rollout, whether its deletes
-//! show.)
+//! works in one place: the rollout, whether its deletes show.)
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

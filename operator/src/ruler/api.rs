@@ -7,7 +7,7 @@
 //! it are read unchanged. What its validating webhooks checked is checked here: durations
 //! and tenant IDs by patterns and group names by a list map, which every API server
 //! enforces, a few cross-field rules in CEL; and, because CEL is ignored before 1.25 and
-//! cannot parse LogQL, again by the reconciler (`checks/rules.rs`), which names the field
+//! cannot parse LogQL, again by the reconciler (`ruler/check.rs`), which names the field
 //! in the rule's status.
 
 use std::collections::BTreeMap;

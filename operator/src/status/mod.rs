@@ -1,6 +1,7 @@
 //! Status, the last step of a reconcile: a pure function of the stack, its snapshot, the
-//! plan and what the apply step did. It is written once per reconcile, and only when it
-//! differs from what the stack already shows.
+//! Intent the plan decided and what carrying it out came to (`Done`). `report.rs` adds
+//! the Events; `act::report::publish` writes the status once per reconcile, and only when
+//! it differs from what the stack already shows.
 
 use std::collections::BTreeMap;
 
