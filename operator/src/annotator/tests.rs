@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{json, Value};
 
 use super::*;
@@ -39,19 +38,12 @@ fn run_annotator(cluster: &FakeCluster) -> tokio::task::JoinHandle<()> {
         cluster.taps.zone_aware_pods.attach(),
         cluster.taps.nodes.attach(),
     );
-    let client = cluster.client.clone();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "loki-zone-operator".into(),
-            instance: None,
-        },
-    );
+    let metrics = Arc::new(Metrics::default());
     tokio::spawn(run(
-        client,
+        cluster.client.clone(),
         inputs,
-        Notifier::new(recorder),
-        Arc::new(Metrics::default()),
+        cluster.notifier(),
+        metrics,
     ))
 }
 
@@ -65,12 +57,7 @@ fn pod(name: &str) -> crate::testing::PodBuilder {
 }
 
 fn pod_key(name: &str) -> Key {
-    Key {
-        group: String::new(),
-        plural: "pods".into(),
-        namespace: Some(NS.into()),
-        name: name.into(),
-    }
+    Key::core("pods", Some(NS), name)
 }
 
 /// Lets every task run until all wait (the clock then jumps, which ends this).
@@ -186,12 +173,7 @@ async fn a_node_without_its_zone_label_is_reported_once_then_its_pods_zoned() {
     let event = calls[0].body.as_ref().expect("an Event");
     assert_eq!(event["reason"], "ZoneLabelMissing");
     assert_eq!(event["regarding"]["name"], "p");
-    let node = Key {
-        group: String::new(),
-        plural: "nodes".into(),
-        namespace: None,
-        name: "n-x".into(),
-    };
+    let node = Key::node("n-x");
     cluster.edit(&node, |n| n["metadata"]["labels"][ZONE] = json!("zone-x"));
     settle().await;
     assert_eq!(lines(&cluster.take_calls()), [format!("merge {NS}/pods/p")]);
@@ -206,12 +188,7 @@ async fn a_written_zone_is_never_rewritten() {
     cluster.put(pod("p").on("n-a").zone("zone-a").build());
     settle().await;
     assert_eq!(lines(&cluster.take_calls()), Vec::<String>::new());
-    let node = Key {
-        group: String::new(),
-        plural: "nodes".into(),
-        namespace: None,
-        name: "n-a".into(),
-    };
+    let node = Key::node("n-a");
     cluster.edit(&node, |n| n["metadata"]["labels"][ZONE] = json!("zone-c"));
     settle().await;
     let calls = cluster.take_calls();

@@ -261,10 +261,6 @@ mod tests {
     use crate::testing::cluster::{Call, FakeCluster};
     use crate::testing::{self, ZONE};
     use crate::webhook::review::LeaderView;
-    use k8s_openapi::api::core::v1::Secret;
-    use k8s_openapi::api::storage::v1::StorageClass;
-    use kube::api::ObjectMeta;
-    use kube::runtime::events::{Recorder, Reporter};
     use serde_json::json;
 
     const NS: &str = "logging";
@@ -273,33 +269,7 @@ mod tests {
     /// and the zone-at-bind configuration an earlier run registered.
     fn cluster() -> FakeCluster {
         let cluster = FakeCluster::new(ServerCapabilities::MODERN);
-        cluster.put(StorageClass {
-            metadata: ObjectMeta {
-                name: Some("standard".into()),
-                ..Default::default()
-            },
-            provisioner: "example.com/disk".into(),
-            ..Default::default()
-        });
-        let keys = [
-            "endpoint",
-            "bucketnames",
-            "access_key_id",
-            "access_key_secret",
-        ];
-        cluster.put(Secret {
-            metadata: ObjectMeta {
-                name: Some("loki-s3".into()),
-                namespace: Some(NS.into()),
-                ..Default::default()
-            },
-            data: Some(
-                keys.iter()
-                    .map(|k| (k.to_string(), k8s_openapi::ByteString(b"x".to_vec())))
-                    .collect(),
-            ),
-            ..Default::default()
-        });
+        cluster.put_storage(NS);
         cluster.put(testing::node("n-a", &[(ZONE, "zone-a")]));
         cluster.put(testing::stack(
             "s",
@@ -317,13 +287,7 @@ mod tests {
     /// What a term starts from, with the webhook switched off.
     fn parts(cluster: &FakeCluster) -> Parts {
         let client = cluster.client.clone();
-        let notify = Notifier::new(Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: names::CONTROLLER_NAME.into(),
-                instance: None,
-            },
-        ));
+        let notify = cluster.notifier();
         Parts {
             client,
             caches: cluster.caches.clone(),

@@ -4,13 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::ObjectMeta;
-use kube::runtime::events::{Recorder, Reporter};
-
 use super::*;
-use crate::model::api::LokiStackSize;
+use crate::model::api::{LokiStackSize, LokiStackSpec};
 use serde_json::{json, Value};
 
 use crate::testing;
@@ -27,35 +22,7 @@ impl World {
     /// A current server with the stack's StorageClass and storage Secret.
     fn new() -> World {
         let cluster = FakeCluster::new(ServerCapabilities::MODERN);
-        cluster.put(StorageClass {
-            metadata: ObjectMeta {
-                name: Some("standard".into()),
-                ..Default::default()
-            },
-            provisioner: "example.com/disk".into(),
-            volume_binding_mode: Some("WaitForFirstConsumer".into()),
-            ..Default::default()
-        });
-        let keys = [
-            "endpoint",
-            "bucketnames",
-            "access_key_id",
-            "access_key_secret",
-        ];
-        cluster.put(Secret {
-            metadata: ObjectMeta {
-                name: Some("loki-s3".into()),
-                namespace: Some(NS.into()),
-                ..Default::default()
-            },
-            string_data: None,
-            data: Some(
-                keys.iter()
-                    .map(|k| (k.to_string(), k8s_openapi::ByteString(b"x".to_vec())))
-                    .collect(),
-            ),
-            ..Default::default()
-        });
+        cluster.put_storage(NS);
         let ctx = term(&cluster);
         World { cluster, ctx }
     }
@@ -73,20 +40,13 @@ impl World {
 /// The context of a new leadership term over `cluster`: nothing remembered.
 fn term(cluster: &FakeCluster) -> Arc<Context> {
     let client = cluster.client.clone();
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "loki-zone-operator".into(),
-            instance: None,
-        },
-    );
     Arc::new(Context {
         client: client.clone(),
         caches: cluster.caches.clone(),
         applier: Applier::new(client, cluster.capabilities),
         settings: Settings::default(),
         capabilities: cluster.capabilities,
-        notify: Notifier::new(recorder),
+        notify: cluster.notifier(),
         metrics: Arc::new(Metrics::default()),
         resync: Duration::from_secs(300),
         webhook_coverage: WebhookCoverage::default(),
@@ -372,12 +332,9 @@ async fn a_name_held_by_someone_else_is_left_and_reported() {
         condition(&w, "s", "Degraded"),
         ("True".into(), "NameConflict".into())
     );
-    let theirs = w.cluster.get(&Key {
-        group: String::new(),
-        plural: "configmaps".into(),
-        namespace: Some(NS.into()),
-        name: "s-config".into(),
-    });
+    let theirs = w
+        .cluster
+        .get(&Key::core("configmaps", Some(NS), "s-config"));
     assert_eq!(theirs.expect("kept")["data"], json!({"mine": "yes"}));
 }
 
@@ -410,6 +367,11 @@ fn by_index(pod: &str) -> (String, String) {
 /// A zone-aware 1x.demo stack `s` (replication factor 2) with three ingesters, applied
 /// and running, its pods Ready and zoned.
 async fn running_zone_aware_stack(w: &World) {
+    running_zone_aware_stack_with(w, |_| {}).await
+}
+
+/// The same, with `change` made to its spec first.
+async fn running_zone_aware_stack_with(w: &World, change: impl FnOnce(&mut LokiStackSpec)) {
     three_zones(w);
     let mut spec = testing::zoned_spec(LokiStackSize::Demo, 2, &[testing::ZONE]);
     spec.template = Some(crate::model::api::LokiTemplateSpec {
@@ -419,6 +381,7 @@ async fn running_zone_aware_stack(w: &World) {
         }),
         ..Default::default()
     });
+    change(&mut spec);
     w.cluster.put(testing::stack("s", spec));
     w.reconcile("s").await.0.expect("applied");
     w.cluster.run_statefulsets(&by_index);
@@ -553,12 +516,7 @@ async fn a_rollout_deletes_one_zone_at_a_time() {
 }
 
 fn pod_key(name: &str) -> Key {
-    Key {
-        group: String::new(),
-        plural: "pods".into(),
-        namespace: Some(NS.into()),
-        name: name.into(),
-    }
+    Key::core("pods", Some(NS), name)
 }
 
 /// An ingester's prepare-shutdown endpoint at `ip`:3100, answering the status the
@@ -654,31 +612,15 @@ async fn a_scale_down_waits_while_a_leaving_ingester_refuses_to_prepare() {
 #[tokio::test]
 async fn a_lost_zone_moves_the_movable_pods_out() {
     let w = World::new();
-    three_zones(&w);
-    let mut spec = testing::zoned_spec(LokiStackSize::Demo, 2, &[testing::ZONE]);
-    if let Some(r) = spec.replication.as_mut() {
-        r.zone_outage = Some(crate::model::api::ZoneOutageSpec {
-            recover_after: Some("15m".into()),
-        });
-    }
-    spec.template = Some(crate::model::api::LokiTemplateSpec {
-        ingester: Some(crate::model::api::LokiComponentSpec {
-            replicas: Some(3),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
-    w.cluster.put(testing::stack("s", spec));
-    w.reconcile("s").await.0.expect("applied");
-    w.cluster.run_statefulsets(&by_index);
-    w.reconcile("s").await.0.expect("running");
-    w.cluster.take_calls();
-    let node = Key {
-        group: String::new(),
-        plural: "nodes".into(),
-        namespace: None,
-        name: "n-a".into(),
-    };
+    running_zone_aware_stack_with(&w, |spec| {
+        if let Some(r) = spec.replication.as_mut() {
+            r.zone_outage = Some(crate::model::api::ZoneOutageSpec {
+                recover_after: Some("15m".into()),
+            });
+        }
+    })
+    .await;
+    let node = Key::node("n-a");
     w.cluster.edit(&node, |n| {
         n["status"]["conditions"] = json!([{"type": "Ready", "status": "Unknown",
                                              "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
@@ -686,11 +628,7 @@ async fn a_lost_zone_moves_the_movable_pods_out() {
             json!([{"key": "node.kubernetes.io/out-of-service", "effect": "NoExecute"}]);
     });
     let uid_of = |plural: &str, name: &str| {
-        let key = Key {
-            plural: plural.into(),
-            name: name.into(),
-            ..pod_key(name)
-        };
+        let key = Key::core(plural, Some(NS), name);
         w.cluster.get(&key).expect("exists")["metadata"]["uid"].clone()
     };
     let claim_uids = [
@@ -746,9 +684,10 @@ async fn a_lost_zone_moves_the_movable_pods_out() {
         ]
     );
     // The claims are Terminating while the pods' replacements have not let go of them.
-    let claim = w.cluster.get(&Key {
-        plural: "persistentvolumeclaims".into(),
-        ..pod_key("storage-s-compactor-0")
-    });
+    let claim = w.cluster.get(&Key::core(
+        "persistentvolumeclaims",
+        Some(NS),
+        "storage-s-compactor-0",
+    ));
     assert!(claim.expect("protected")["metadata"]["deletionTimestamp"].is_string());
 }

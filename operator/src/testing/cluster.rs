@@ -53,6 +53,23 @@ pub struct Key {
     pub name: String,
 }
 
+impl Key {
+    /// An object of the core API group (`pods`, `nodes`, ...); `namespace` `None` when
+    /// cluster-scoped.
+    pub fn core(plural: &str, namespace: Option<&str>, name: &str) -> Key {
+        Key {
+            group: String::new(),
+            plural: plural.into(),
+            namespace: namespace.map(String::from),
+            name: name.into(),
+        }
+    }
+
+    pub fn node(name: &str) -> Key {
+        Key::core("nodes", None, name)
+    }
+}
+
 /// One request the operator sent.
 #[derive(Clone, Debug)]
 pub struct Call {
@@ -273,6 +290,43 @@ impl FakeCluster {
             .filter(|(k, _)| k.plural == plural && k.namespace.as_deref() == Some(namespace))
             .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// What the test stacks (`testing::stack_spec`) name in `namespace`: the
+    /// StorageClass `standard` and the S3 Secret `loki-s3` with every key it needs.
+    pub fn put_storage(&self, namespace: &str) {
+        self.put(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "standard"},
+            "provisioner": "example.com/disk",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }));
+        let keys = [
+            "endpoint",
+            "bucketnames",
+            "access_key_id",
+            "access_key_secret",
+        ];
+        // "eA==" is "x".
+        let data: Map<String, Value> = keys
+            .iter()
+            .map(|k| (k.to_string(), json!("eA==")))
+            .collect();
+        self.put(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "loki-s3", "namespace": namespace},
+            "data": data,
+        }));
+    }
+
+    /// The one Event publisher of a process talking to this cluster.
+    pub fn notifier(&self) -> crate::act::report::Notifier {
+        let reporter = kube::runtime::events::Reporter {
+            controller: crate::model::names::CONTROLLER_NAME.into(),
+            instance: None,
+        };
+        let recorder = kube::runtime::events::Recorder::new(self.client.clone(), reporter);
+        crate::act::report::Notifier::new(recorder)
     }
 
     /// The stack as the caches hold it: what the controller hands to a reconcile.

@@ -335,11 +335,13 @@ mod tests {
             .await
     }
 
-    /// A client that sends no request is dropped after the header timeout, and while
-    /// the only slot is held a second client is not served: a slow client cannot hold
-    /// the server longer than that, nor take more than the slots.
-    #[tokio::test]
-    async fn slow_clients_are_dropped_and_connections_are_capped() {
+    /// A certificate for 127.0.0.1, loaded, and a listener on a free loopback port.
+    async fn serving() -> (
+        Certs,
+        Arc<CertSlot>,
+        tokio::net::TcpListener,
+        std::net::SocketAddr,
+    ) {
         let certs = issue(&["127.0.0.1"]);
         let slot = Arc::new(CertSlot::default());
         slot.set(certified_key(certs.tls_crt.as_bytes(), certs.tls_key.as_bytes()).expect("key"));
@@ -347,6 +349,15 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        (certs, slot, listener, addr)
+    }
+
+    /// A client that sends no request is dropped after the header timeout, and while
+    /// the only slot is held a second client is not served: a slow client cannot hold
+    /// the server longer than that, nor take more than the slots.
+    #[tokio::test]
+    async fn slow_clients_are_dropped_and_connections_are_capped() {
+        let (certs, slot, listener, addr) = serving().await;
         let limits = Limits {
             handshake: Duration::from_secs(5),
             header_read: Duration::from_millis(300),
@@ -424,13 +435,7 @@ mod tests {
     /// still answers the review under way before it returns.
     #[tokio::test]
     async fn a_stopped_server_answers_the_review_under_way_and_takes_no_more() {
-        let certs = issue(&["127.0.0.1"]);
-        let slot = Arc::new(CertSlot::default());
-        slot.set(certified_key(certs.tls_crt.as_bytes(), certs.tls_key.as_bytes()).expect("key"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
+        let (certs, slot, listener, addr) = serving().await;
         let (arrived_tx, arrived) = tokio::sync::oneshot::channel::<()>();
         let arrived_tx = Arc::new(std::sync::Mutex::new(Some(arrived_tx)));
         let release = Arc::new(tokio::sync::Notify::new());
