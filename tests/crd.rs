@@ -441,3 +441,39 @@ fn no_user_string_reaches_lokis_config_expandable() {
     }
     assert!(rendered > 20, "only {rendered} probes rendered");
 }
+
+/// Every integer in the schema has a minimum and a maximum that fit the type it decodes
+/// into, so admission, not the decoder, refuses an overflow (a stack the decoder
+/// refuses is reported, but could be stored).
+#[test]
+fn every_integer_is_bounded_at_admission() {
+    fn walk(path: &str, s: &Value, out: &mut Vec<String>) {
+        if s["type"] == "integer" {
+            // The CRD writes bounds as numbers (`100000.0`); each must be a whole
+            // number the field's type holds (int64 fields are held far below 2^53).
+            let (lo, hi) = match s["format"].as_str() {
+                Some("int32") => (f64::from(i32::MIN), f64::from(i32::MAX)),
+                _ => (-9_007_199_254_740_992.0, 9_007_199_254_740_992.0),
+            };
+            let fits = |v: &Value| v.as_f64().is_some_and(|n| n.fract() == 0.0 && n >= lo && n <= hi);
+            if !fits(&s["minimum"]) || !fits(&s["maximum"]) {
+                out.push(format!("{path} ({})", s["format"].as_str().unwrap_or("no format")));
+            }
+        }
+        for (k, v) in s["properties"].as_object().into_iter().flatten() {
+            walk(&format!("{path}.{k}"), v, out);
+        }
+        if s["items"].is_object() {
+            walk(&format!("{path}[]"), &s["items"], out);
+        }
+        if s["additionalProperties"].is_object() {
+            walk(&format!("{path}.*"), &s["additionalProperties"], out);
+        }
+    }
+    let mut unbounded = Vec::new();
+    walk("", &schema()["properties"]["spec"], &mut unbounded);
+    assert!(
+        unbounded.is_empty(),
+        "integers without both bounds (within i32): {unbounded:#?}"
+    );
+}

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use loki_zone_operator::model::api::{
     LokiStack, MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW, QUALIFIED_NAME_MAX_LEN,
-    RULE_IPV6_ADDR_TYPE_MSG, RULE_KEY_PREFIX_MSG, RULE_NAME_LENGTH_MSG,
+    RULE_IPV6_ADDR_TYPE_MSG, RULE_KEY_PREFIX_MSG, RULE_NAME_DNS_LABEL_MSG, RULE_NAME_LENGTH_MSG,
     RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG,
 };
 use loki_zone_operator::model::names::MAX_STACK_NAME_LEN;
@@ -229,6 +229,29 @@ fn pod_anti_affinity(t: &mut Table, i: usize, component: &str) {
             |v| set(v, &at, json!({ PREF: [item] })),
         );
     }
+    // A weight is 1 to 100, as in a pod; a toleration's seconds fit a JSON number.
+    for (name, weight) in [("weight-0", 0), ("weight-101", 101)] {
+        let item = json!({"weight": weight, "podAffinityTerm": {"topologyKey": host}});
+        t.case(
+            &format!("anti-{i}-pref-{name}"),
+            &format!("spec.{at}.{PREF}[0].weight"),
+            EVERY_SERVER,
+            |v| set(v, &at, json!({ PREF: [item] })),
+        );
+    }
+    let tolerations = format!("template.{component}.tolerations");
+    for (name, seconds) in [
+        ("below-min", -9_007_199_254_740_992_i64),
+        ("above-max", 9_007_199_254_740_992_i64),
+    ] {
+        let item = json!({"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds});
+        t.case(
+            &format!("toleration-{i}-seconds-{name}"),
+            &format!("spec.{tolerations}[0].tolerationSeconds"),
+            EVERY_SERVER,
+            |v| set(v, &tolerations, json!([item])),
+        );
+    }
 }
 
 /// The Go Loki Operator's rule selectors are kept, with Kubernetes' LabelSelector schema.
@@ -294,6 +317,9 @@ fn top_level(t: &mut Table) {
     );
     let long = "a".repeat(MAX_STACK_NAME_LEN + 1);
     t.cel(&long, "metadata.name", RULE_NAME_LENGTH_MSG, |_| {});
+    // Admitted by Kubernetes as a custom resource's name, refused as a Service's.
+    t.cel("1stack", "metadata.name", RULE_NAME_DNS_LABEL_MSG, |_| {});
+    t.cel("my.stack", "metadata.name", RULE_NAME_DNS_LABEL_MSG, |_| {});
     t.cel(
         "both-factors",
         "spec.replicationFactor",
@@ -589,6 +615,11 @@ fn limits(t: &mut Table) {
                 json!({"days": 1, "priority": -1, "selector": selector}),
             ),
             (
+                "priority-above-max",
+                "priority",
+                json!({"days": 1, "priority": 2_147_483_648_i64, "selector": selector}),
+            ),
+            (
                 "selector-short",
                 "selector",
                 json!({"days": 1, "selector": "{}"}),
@@ -630,6 +661,14 @@ fn blocked_and_otlp(t: &mut Table, scope: &str, tag: &str) {
             json!({"pattern": "x", "types": ["all"]}),
         ),
     ];
+    let cases = cases.into_iter().chain([
+        (
+            "hash-below-min",
+            "hash",
+            json!({"hash": -2_147_483_649_i64}),
+        ),
+        ("hash-above-max", "hash", json!({"hash": 4_294_967_296_i64})),
+    ]);
     for (name, key, item) in cases {
         let f = format!("spec.{blocked}[0].{key}");
         t.case(&format!("blocked-{tag}-{name}"), &f, EVERY_SERVER, |v| {

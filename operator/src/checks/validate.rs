@@ -13,7 +13,7 @@ use crate::model::api::{
     BlockedQuerySpec, InstanceAddrType, LimitsTemplateSpec, LokiStack, LokiStackSpec,
     ObjectStorageSecretType, OtlpAttributeReference, OtlpSpec, ZoneSpec, BLOCKED_NO_DOLLAR_MSG,
     MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, OTLP_DROP_STREAM_LABEL_MSG,
-    OTLP_NO_DOLLAR_MSG, QUALIFIED_NAME_MAX_LEN, RULE_IPV6_ADDR_TYPE_MSG, RULE_NAME_LENGTH_MSG,
+    OTLP_NO_DOLLAR_MSG, QUALIFIED_NAME_MAX_LEN, RULE_IPV6_ADDR_TYPE_MSG, RULE_NAME_DNS_LABEL_MSG, RULE_NAME_LENGTH_MSG,
     RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG, SELECTOR_NO_DOLLAR_MSG,
     TENANT_NO_DOLLAR_MSG,
 };
@@ -101,6 +101,16 @@ pub fn zone_aware_evictions(
     }
 }
 
+/// `RULE_NAME_DNS_LABEL`: a lowercase letter, then lowercase letters, digits and `-`,
+/// ending with a letter or digit.
+fn is_dns_label(name: &str) -> bool {
+    let b = name.as_bytes();
+    let inner = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
+    b.first().is_some_and(u8::is_ascii_lowercase)
+        && b.iter().all(inner)
+        && b.last().is_some_and(|c| *c != b'-')
+}
+
 pub fn validate_stack(stack: &LokiStack) -> Result<(), InvalidSpec> {
     let mut errors = validate(&stack.spec).err().map(|e| e.0).unwrap_or_default();
     let name = stack.metadata.name.as_deref().unwrap_or_default();
@@ -108,6 +118,12 @@ pub fn validate_stack(stack: &LokiStack) -> Result<(), InvalidSpec> {
         errors.push(err(
             "metadata.name",
             format!("{RULE_NAME_LENGTH_MSG}; {name:?} has {}", name.len()),
+        ));
+    }
+    if !is_dns_label(name) {
+        errors.push(err(
+            "metadata.name",
+            format!("{RULE_NAME_DNS_LABEL_MSG}; {name:?} is not"),
         ));
     }
     if errors.is_empty() {
@@ -618,6 +634,27 @@ mod tests {
             e.to_string()
                 .contains("needs at least 5 ingesters, the stack has 3"),
             "{e}"
+        );
+    }
+
+    /// Kubernetes admits any DNS subdomain as a LokiStack's name; its Services need a
+    /// DNS-1035 label, so the others are refused before anything is applied.
+    #[test]
+    fn a_name_that_is_no_dns_label_is_refused() {
+        for bad in ["1stack", "my.stack", "stack-", "Stack", "-s", "s_t"] {
+            let e = validate_stack(&crate::testing::stack(bad, stack_spec(LokiStackSize::Demo)))
+                .expect_err(bad);
+            assert_eq!(e.0[0].field, "metadata.name", "{bad}");
+            assert!(e.to_string().contains("DNS-1035"), "{e}");
+        }
+        for good in ["s", "a1", "my-stack", "x-1-y"] {
+            let ok = crate::testing::stack(good, stack_spec(LokiStackSize::Demo));
+            assert_eq!(validate_stack(&ok), Ok(()), "{good}");
+        }
+        assert_eq!(
+            crate::model::api::RULE_NAME_DNS_LABEL,
+            "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+            "the CRD's rule and is_dns_label say the same"
         );
     }
 

@@ -371,10 +371,11 @@ pub fn write_quorum(factor: i32) -> i32 {
 }
 
 /// Loki keeps at most one copy of a stream per zone: with Z zones a stream has
-/// `min(RF, Z)` copies, and writes survive losing `min(RF, Z) - quorum` zones.
+/// `min(RF, Z)` copies, and writes survive losing `min(RF, Z) - quorum` zones; with fewer
+/// zones than the quorum, none (writes fail already), never a negative count.
 pub fn zone_failures_tolerated(factor: i32, zones: usize) -> i32 {
     let zones = i32::try_from(zones).unwrap_or(i32::MAX);
-    factor.min(zones) - write_quorum(factor)
+    (factor.min(zones) - write_quorum(factor)).max(0)
 }
 
 /// Evaluates the zone check of a zone-aware stack against the nodes the operator sees.
@@ -653,6 +654,17 @@ impl ZoneCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No zone at all, or fewer than the write quorum: no zone failure is tolerated, and
+    /// the count is never negative (it was -2 for RF 3 with no eligible zone).
+    #[test]
+    fn zone_failures_tolerated_is_never_negative() {
+        assert_eq!(zone_failures_tolerated(3, 0), 0);
+        assert_eq!(zone_failures_tolerated(3, 1), 0);
+        assert_eq!(zone_failures_tolerated(3, 3), 1);
+        assert_eq!(zone_failures_tolerated(2, 3), 0);
+        assert_eq!(zone_failures_tolerated(5, 5), 2);
+    }
     use crate::model::api::LokiStackSize;
     use crate::model::defaults::effective;
     use crate::testing::{node, zoned_spec, ZONE};
@@ -676,11 +688,11 @@ mod tests {
         let cases = [
             (1, 1, 1, 0, NoZoneFailureTolerance),
             (1, 3, 1, 0, NoZoneFailureTolerance),
-            (2, 1, 2, -1, ZonesInsufficient),
+            (2, 1, 2, 0, ZonesInsufficient),
             (2, 2, 2, 0, NoZoneFailureTolerance),
             (2, 3, 2, 0, NoZoneFailureTolerance),
             (2, 4, 2, 0, NoZoneFailureTolerance),
-            (3, 1, 2, -1, ZonesInsufficient),
+            (3, 1, 2, 0, ZonesInsufficient),
             (3, 2, 2, 0, ZonesInsufficient),
             (3, 3, 2, 1, Ok),
             (3, 4, 2, 1, Ok),

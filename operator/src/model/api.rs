@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PodAntiAffinity, Toleration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps,
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -64,6 +64,12 @@ pub const RULE_IPV6_ADDR_TYPE: &str =
     "!(has(self.enableIPv6) && self.enableIPv6 && has(self.instanceAddrType) && self.instanceAddrType == 'default')";
 pub const RULE_IPV6_ADDR_TYPE_MSG: &str =
     "instanceAddrType \"default\" cannot be used with enableIPv6 at the same time: IPv6 advertises the pod IP; set podIP or leave instanceAddrType unset";
+/// The stack's name is a DNS-1035 label because its Services are named after it, and a
+/// Service name must be one; Kubernetes admits any DNS subdomain as a custom resource's
+/// name (`1stack`, `my.stack`), whose Services it would then refuse after the pods exist.
+pub const RULE_NAME_DNS_LABEL: &str = "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')";
+pub const RULE_NAME_DNS_LABEL_MSG: &str =
+    "a LokiStack name must start with a lowercase letter and hold only lowercase letters, digits and '-', ending with a letter or digit (a DNS-1035 label), because its Services are named after it: recreate the stack under such a name";
 pub const RULE_NAME_LENGTH: &str = "self.metadata.name.size() <= 38";
 pub const RULE_NAME_LENGTH_MSG: &str =
     "a LokiStack name may have at most 38 characters, so that every object it creates has a valid name";
@@ -114,11 +120,43 @@ pub fn crd() -> CustomResourceDefinition {
             .schema
             .as_mut()
             .and_then(|s| s.open_api_v3_schema.as_mut());
-        if let Some(properties) = root.and_then(|r| r.properties.as_mut()) {
-            properties.insert("metadata".to_string(), metadata.clone());
+        if let Some(root) = root {
+            bound_kubernetes_integers(root);
+            if let Some(properties) = root.properties.as_mut() {
+                properties.insert("metadata".to_string(), metadata.clone());
+            }
         }
     }
     crd
+}
+
+/// The bounds of the integers of Kubernetes' own types the spec embeds (their schemas
+/// come from k8s-openapi, which has none), so that admission refuses what the decoder
+/// would: a weighted affinity term's weight is 1 to 100, as the API server checks it in a
+/// pod; a toleration's seconds are held to what a JSON number holds exactly (2^53 - 1
+/// either way), which no real toleration nears.
+fn bound_kubernetes_integers(node: &mut JSONSchemaProps) {
+    const EXACT: f64 = 9_007_199_254_740_991.0;
+    for (name, child) in node.properties.iter_mut().flatten() {
+        if child.type_.as_deref() == Some("integer") {
+            let bounds = match name.as_str() {
+                "weight" => Some((1.0, 100.0)),
+                "tolerationSeconds" => Some((-EXACT, EXACT)),
+                _ => None,
+            };
+            if let Some((min, max)) = bounds {
+                child.minimum.get_or_insert(min);
+                child.maximum.get_or_insert(max);
+            }
+        }
+        bound_kubernetes_integers(child);
+    }
+    if let Some(JSONSchemaPropsOrArray::Schema(items)) = node.items.as_mut() {
+        bound_kubernetes_integers(items);
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(more)) = node.additional_properties.as_mut() {
+        bound_kubernetes_integers(more);
+    }
 }
 
 /// LokiStack is a Loki deployment: its size, its object storage and how it replicates.
@@ -138,7 +176,8 @@ pub fn crd() -> CustomResourceDefinition {
     printcolumn = r#"{"name":"Tolerated","type":"integer","jsonPath":".status.replication.zoneFailuresTolerated"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new(RULE_NAME_LENGTH).message(RULE_NAME_LENGTH_MSG).field_path(".metadata.name")
+    validation = Rule::new(RULE_NAME_LENGTH).message(RULE_NAME_LENGTH_MSG).field_path(".metadata.name"),
+    validation = Rule::new(RULE_NAME_DNS_LABEL).message(RULE_NAME_DNS_LABEL_MSG).field_path(".metadata.name")
 )]
 #[x_kube(validation = Rule::new(RULE_REPLICATION_EXCLUSIVE).message(RULE_REPLICATION_EXCLUSIVE_MSG).field_path(".replicationFactor"))]
 #[serde(rename_all = "camelCase")]
@@ -736,6 +775,7 @@ pub struct BlockedQuerySpec {
     /// signed 32-bit integer (the Go Loki Operator's type): a hash above 2147483647 is
     /// written as that value minus 4294967296, and reaches Loki as the hash itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -2147483648, max = 2147483647))]
     pub hash: Option<i32>,
     /// The query's text, or with `regex` a regular expression (Go's RE2 syntax, matched
     /// anywhere in the query: use `\z` to anchor at its end). It may not contain `$`,
@@ -791,7 +831,7 @@ pub struct RetentionStreamSpec {
     #[schemars(range(min = 0, max = 36500))]
     pub days: i32,
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub priority: i32,
     /// A LogQL stream selector, e.g. {namespace="dev"}. It may not contain `$`, which
     /// Loki would expand from its environment (where the storage credentials are).
