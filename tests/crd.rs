@@ -455,9 +455,15 @@ fn every_integer_is_bounded_at_admission() {
                 Some("int32") => (f64::from(i32::MIN), f64::from(i32::MAX)),
                 _ => (-9_007_199_254_740_992.0, 9_007_199_254_740_992.0),
             };
-            let fits = |v: &Value| v.as_f64().is_some_and(|n| n.fract() == 0.0 && n >= lo && n <= hi);
+            let fits = |v: &Value| {
+                v.as_f64()
+                    .is_some_and(|n| n.fract() == 0.0 && n >= lo && n <= hi)
+            };
             if !fits(&s["minimum"]) || !fits(&s["maximum"]) {
-                out.push(format!("{path} ({})", s["format"].as_str().unwrap_or("no format")));
+                out.push(format!(
+                    "{path} ({})",
+                    s["format"].as_str().unwrap_or("no format")
+                ));
             }
         }
         for (k, v) in s["properties"].as_object().into_iter().flatten() {

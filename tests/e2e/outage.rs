@@ -19,6 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use loki_zone_operator::model::api::LokiStack;
+use loki_zone_operator::model::names;
 use loki_zone_operator_tests::harness::UNREACHABLE_TOLERATION;
 use loki_zone_operator_tests::nodesim::{eventually, ZONE};
 use serde_json::{json, Value};
@@ -954,9 +955,36 @@ async fn grant_recovery_rights(env: &Env, grant: bool) -> Result<()> {
     Ok(())
 }
 
-/// (d) The opt-in recovery moves the compactor out of a lost zone. The zone that holds
-/// the compactor goes dark under a stack with `zoneOutage.recoverAfter`; without the
-/// optional delete rights, the Warning says the pod could not be moved and gives the
+/// Taints `nodes` out of service (an admin's statement that they are shut down), or
+/// removes the taint.
+async fn fence(env: &Env, nodes: &[String], on: bool) -> Result<()> {
+    let api: Api<Node> = Api::all(env.admin.clone());
+    for n in nodes {
+        let mut node = api.get(n).await?;
+        let spec = node.spec.get_or_insert_with(Default::default);
+        let mut taints = spec.taints.take().unwrap_or_default();
+        taints.retain(|t| t.key != names::TAINT_OUT_OF_SERVICE);
+        if on {
+            taints.push(k8s_openapi::api::core::v1::Taint {
+                key: names::TAINT_OUT_OF_SERVICE.into(),
+                value: Some("nodeshutdown".into()),
+                effect: "NoExecute".into(),
+                ..Default::default()
+            });
+        }
+        let patch = json!({"spec": {"taints": taints}});
+        api.patch(n, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
+}
+
+/// (d) The opt-in recovery moves the compactor out of a lost zone, once its node is
+/// known to be off. The zone that holds the compactor goes dark under a stack with
+/// `zoneOutage.recoverAfter`: the compactor is the only one, so while its node is only
+/// unreachable (it may still run the compactor behind a partition) the Warning says it is
+/// not moved and how to fence the node. The test fences it as told; without the optional
+/// delete rights, the Warning then says the pod could not be moved and gives the
 /// runbook's commands; once the zone-outage-recovery component is installed, the
 /// operator deletes the compactor's claims and pod, and the compactor runs Ready in an
 /// available zone while the zone is still dark. Ingesters stay where they are.
@@ -964,7 +992,7 @@ pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
     env: &mut Env,
 ) -> Result<()> {
     outage_stack(env).await?;
-    recover_after(env, Some("5s")).await?;
+    recover_after(env, Some("15m")).await?;
     let ready_before = ready_stacks(env).await?;
     let compactor = format!("{OUTAGE_STACK}-compactor-0");
     let before = stack_pods(env).await?;
@@ -980,6 +1008,17 @@ pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
     let dark_nodes = zones_down(env, &[lost_zone.as_str()]).await?;
     let outage = async {
         wait_unreachable(env, &dark_nodes).await?;
+        let (node, _, _, _) = before.get(&compactor).cloned().context("the compactor")?;
+        let taint = format!("kubectl taint node {node} {}=nodeshutdown:NoExecute", names::TAINT_OUT_OF_SERVICE);
+        wait_status(env, "the Warning says to fence the compactor's node first", |s| {
+            let w = raw_condition(s, "Warning").context("no Warning condition")?;
+            let msg = w["message"].as_str().unwrap_or_default();
+            ensure!(msg.contains("not known to have stopped"), "no \"not known to have stopped\"");
+            ensure!(msg.contains(&taint), "the Warning lacks {taint:?}");
+            Ok(())
+        })
+        .await?;
+        fence(env, &dark_nodes, true).await?;
         let command = format!("kubectl -n {OUTAGE_NS} delete pvc storage-{compactor} --wait=false && kubectl -n {OUTAGE_NS} delete pod {compactor} --grace-period=0 --force");
         wait_status(env, "the Warning gives the commands it may not run", |s| {
             let w = raw_condition(s, "Warning").context("no Warning condition")?;
@@ -1002,9 +1041,12 @@ pub(super) async fn compactor_is_moved_out_of_a_lost_zone_when_opted_in(
     .await;
     let revoked = grant_recovery_rights(env, false).await;
     recover_after(env, None).await?;
+    // The runbook's way back: the zone's nodes return, and the taint goes.
+    let unfenced = fence(env, &dark_nodes, false).await;
     let back = restore(env, &[lost_zone.as_str()], &ready_before).await;
     outage?;
     revoked?;
+    unfenced?;
     back
 }
 
@@ -1083,9 +1125,9 @@ pub(super) async fn runbook_commands_move_the_compactor_out_of_a_lost_zone(
 /// (e) A cordon is maintenance, not an outage. The zone that holds the compactor is
 /// cordoned (every node Ready and running its pods, `spec.unschedulable` set, as `kubectl
 /// cordon` and a drain's first step do) under a stack that opted in to recovery, with the
-/// delete rights installed. Well past `recoverAfter`, nothing recovery could touch was
-/// deleted: every pod of the compactor, index gateway, ruler and ingesters keeps its
-/// UID, and every claim its UID.
+/// delete rights installed. No recovery clock starts (the status announces no move), and
+/// nothing recovery could touch is deleted: every pod of the compactor, index gateway,
+/// ruler and ingesters keeps its UID, and every claim its UID.
 /// What the status of the outage stack says while `zone` is cordoned with its pods
 /// serving: maintenance (never an outage), the zone still available, the quorum and the
 /// tolerated failures as with every zone up. Returns the Warning's message.
@@ -1144,7 +1186,7 @@ fn maintenance_status(s: &Value, zone: &str, nodes: &[String]) -> Result<String>
 pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<()> {
     use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     outage_stack(env).await?;
-    recover_after(env, Some("5s")).await?;
+    recover_after(env, Some("5m")).await?;
     let compactor = format!("{OUTAGE_STACK}-compactor-0");
     let before = stack_pods(env).await?;
     let (_, zone, _, _) = before
@@ -1173,11 +1215,18 @@ pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<
             maintenance_status(s, &zone, &in_zone)
         })
         .await?;
-        // recoverAfter is 5 s: three times that, and a few reconciles of the stack.
+        // A few reconciles of the stack. No recovery clock runs in maintenance: had the
+        // cordon started one, the status would announce the move at a time to come.
         tokio::time::sleep(Duration::from_secs(15)).await;
         let status = raw_status(&env.admin, OUTAGE_NS, OUTAGE_STACK).await?;
         maintenance_status(&status, &zone, &in_zone)
             .context("15 s into the cordon, the status no longer says maintenance")?;
+        let warning = raw_condition(&status, "Warning")
+            .and_then(|w| w["message"].as_str().map(String::from))
+            .unwrap_or_default();
+        for move_note in ["will be moved", "could not be moved", "not known to have stopped"] {
+            ensure!(!warning.contains(move_note), "a cordon announced a move ({move_note:?}): {warning}");
+        }
         ready.finish()?;
         println!("    status: {message}");
         let after = stack_pods(env).await?;
@@ -1197,7 +1246,7 @@ pub(super) async fn a_cordoned_zone_is_never_recovered(env: &mut Env) -> Result<
             );
         }
         println!(
-            "    {zone} cordoned ({} nodes) with recoverAfter 5s: after 15 s, {} pods and {} claims kept",
+            "    {zone} cordoned ({} nodes) with recoverAfter 5m: after 15 s, {} pods and {} claims kept",
             in_zone.len(),
             before.len(),
             claims_before.len()

@@ -533,6 +533,11 @@ fn replication(t: &mut Table) {
         ("recover-after-unit", "15d"),
         ("recover-after-empty", ""),
         ("recover-after-huge", "1234567m"),
+        // Below the floor of 5 minutes (see RECOVER_AFTER_FLOOR_SECS).
+        ("recover-after-zero", "0s"),
+        ("recover-after-299s", "299s"),
+        ("recover-after-4m", "4m"),
+        ("recover-after-0h", "0h"),
     ] {
         t.bad(name, "replication.zoneOutage.recoverAfter", json!(value));
     }

@@ -13,9 +13,9 @@ use crate::model::api::{
     BlockedQuerySpec, InstanceAddrType, LimitsTemplateSpec, LokiStack, LokiStackSpec,
     ObjectStorageSecretType, OtlpAttributeReference, OtlpSpec, ZoneSpec, BLOCKED_NO_DOLLAR_MSG,
     MAX_REPLICAS, MAX_REPLICATION_FACTOR, MAX_SKEW, MAX_ZONE_ENTRIES, OTLP_DROP_STREAM_LABEL_MSG,
-    OTLP_NO_DOLLAR_MSG, QUALIFIED_NAME_MAX_LEN, RULE_IPV6_ADDR_TYPE_MSG, RULE_NAME_DNS_LABEL_MSG, RULE_NAME_LENGTH_MSG,
-    RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG, RULE_UNIQUE_KEYS_MSG, SELECTOR_NO_DOLLAR_MSG,
-    TENANT_NO_DOLLAR_MSG,
+    OTLP_NO_DOLLAR_MSG, QUALIFIED_NAME_MAX_LEN, RECOVER_AFTER_FLOOR_SECS, RULE_IPV6_ADDR_TYPE_MSG,
+    RULE_NAME_DNS_LABEL_MSG, RULE_NAME_LENGTH_MSG, RULE_REPLICATION_EXCLUSIVE_MSG, RULE_TLS_S3_MSG,
+    RULE_UNIQUE_KEYS_MSG, SELECTOR_NO_DOLLAR_MSG, TENANT_NO_DOLLAR_MSG,
 };
 use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::names::{self, MAX_STACK_NAME_LEN};
@@ -391,8 +391,16 @@ fn replication(spec: &LokiStackSpec, errors: &mut Vec<FieldError>) {
         .as_ref()
         .and_then(|r| r.zone_outage.as_ref())
         .and_then(|z| z.recover_after.as_deref());
-    if let Some(Err(e)) = recover_after.map(crate::model::duration::parse_duration) {
-        errors.push(err("spec.replication.zoneOutage.recoverAfter", e));
+    match recover_after.map(crate::model::duration::parse_duration) {
+        Some(Err(e)) => errors.push(err("spec.replication.zoneOutage.recoverAfter", e)),
+        Some(Ok(d)) if d.as_secs() < RECOVER_AFTER_FLOOR_SECS => errors.push(err(
+            "spec.replication.zoneOutage.recoverAfter",
+            format!(
+                "{} is shorter than {RECOVER_AFTER_FLOOR_SECS}s: a node NotReady for less is most often a restarting kubelet or a short partition that still runs its pods (Kubernetes itself waits 300 s before it evicts them); set 5m or more",
+                recover_after.unwrap_or_default()
+            ),
+        )),
+        _ => {}
     }
     let per_zone = spec
         .replication
@@ -635,6 +643,29 @@ mod tests {
                 .contains("needs at least 5 ingesters, the stack has 3"),
             "{e}"
         );
+    }
+
+    /// `recoverAfter` has a floor of 5 minutes, in the reconciler as in the CRD's
+    /// pattern (which the admission table checks against the API server).
+    #[test]
+    fn recover_after_has_a_floor_of_five_minutes() {
+        let with = |after: &str| {
+            let mut spec =
+                crate::testing::zoned_spec(LokiStackSize::Small, 2, &[crate::testing::ZONE]);
+            spec.replication.as_mut().expect("zones").zone_outage =
+                Some(crate::model::api::ZoneOutageSpec {
+                    recover_after: Some(after.into()),
+                });
+            validate(&spec)
+        };
+        for short in ["0s", "299s", "4m", "0h"] {
+            let e = with(short).expect_err(short);
+            assert_eq!(e.0[0].field, "spec.replication.zoneOutage.recoverAfter");
+            assert!(e.to_string().contains("5m or more"), "{e}");
+        }
+        for long in ["300s", "5m", "1h", "999999h", "15m"] {
+            assert!(with(long).is_ok(), "{long}");
+        }
     }
 
     /// Kubernetes admits any DNS subdomain as a LokiStack's name; its Services need a

@@ -157,6 +157,10 @@ pub struct Move {
     pub claims: Vec<String>,
     /// `None`: due now; else when the grace period ends.
     pub due: Option<Timestamp>,
+    /// The pod is the only one of its component and its node is lost but not known to
+    /// have stopped (unreachable, not fenced): it moves only once the node is fenced, so
+    /// that two never run at once (two compactors against one bucket).
+    pub needs_fence: bool,
 }
 
 impl Move {
@@ -179,6 +183,9 @@ pub struct Recovery {
     pub waiting: Vec<Move>,
     /// Without the opt-in: the pods an admin may move, with [`Move::commands`].
     pub manual: Vec<Move>,
+    /// With the opt-in: single pods of their component on lost nodes not known to have
+    /// stopped ([`Move::needs_fence`]), which wait for the node to be fenced.
+    pub fence_first: Vec<Move>,
 }
 
 /// Whom an Event is about.

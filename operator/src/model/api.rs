@@ -28,6 +28,16 @@ pub const MAX_REPLICATION_FACTOR: i32 = 15;
 /// Per component; far above any real stack, low enough that a typo is caught.
 pub const MAX_REPLICAS: i32 = 1000;
 pub const MAX_SKEW: i32 = 100;
+/// `spec.replication.zoneOutage.recoverAfter`: a whole number of seconds, minutes or
+/// hours (up to six digits, no leading zero), at least [`RECOVER_AFTER_FLOOR_SECS`]:
+/// `300s` and up, `5m` and up, `1h` and up. A pattern, so every server refuses less.
+pub const RECOVER_AFTER_PATTERN: &str =
+    r"^([1-9][0-9]{0,5}h|([5-9]|[1-9][0-9]{1,5})m|([3-9][0-9]{2}|[1-9][0-9]{3,5})s)$";
+/// The shortest `recoverAfter`: what Kubernetes itself waits before it evicts the pods of
+/// an unreachable node (the default `tolerationSeconds` of its NoExecute taints). A node
+/// NotReady for less is most often a restarting kubelet or a short partition, which
+/// still runs its pods.
+pub const RECOVER_AFTER_FLOOR_SECS: u64 = 300;
 
 pub const RULE_REPLICATION_EXCLUSIVE: &str =
     "!(has(self.replication) && has(self.replicationFactor))";
@@ -478,10 +488,13 @@ pub struct ZoneOutageSpec {
     /// operator deletes its claims in the lost zone, force-deletes the pod and its
     /// StatefulSet recreates it elsewhere. A cordoned or draining zone moves nothing. Their state lives in object storage;
     /// only a local cache (for the ruler, results not yet written) is lost. Ingesters are
-    /// never moved. Needs the optional zone-outage-recovery RBAC component; without it
-    /// the Warning condition lists the commands to run. Unset: nothing is moved.
+    /// never moved, nor a component's only pod whose node is not fenced (out of service,
+    /// or its Node deleted): its replacement could run beside it. At least `5m` (`300s`):
+    /// a node is NotReady that briefly after a kubelet restart or a short partition.
+    /// Needs the optional zone-outage-recovery RBAC component; without it the Warning
+    /// condition lists the commands to run. Unset: nothing is moved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^[0-9]{1,6}(s|m|h)$"))]
+    #[schemars(regex(pattern = RECOVER_AFTER_PATTERN))]
     pub recover_after: Option<String>,
 }
 

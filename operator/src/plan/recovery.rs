@@ -61,6 +61,7 @@ pub fn plan(
     eff: &EffectiveStack,
 ) -> Recovery {
     let Some(grace) = grace(stack) else {
+        // An admin decides: the status warns where the node must be known off first.
         let manual = candidates(snapshot, findings, eff, Duration::ZERO, snapshot.now)
             .into_iter()
             .filter(|m| m.step == Step::MoveOut)
@@ -70,13 +71,16 @@ pub fn plan(
             ..Default::default()
         };
     };
-    let (waiting, due) = candidates(snapshot, findings, eff, grace, snapshot.now)
-        .into_iter()
-        .partition(|m| m.due.is_some());
+    let (fence_first, movable): (Vec<Move>, Vec<Move>) =
+        candidates(snapshot, findings, eff, grace, snapshot.now)
+            .into_iter()
+            .partition(|m| m.needs_fence);
+    let (waiting, due) = movable.into_iter().partition(|m| m.due.is_some());
     Recovery {
         due,
         waiting,
         manual: Vec::new(),
+        fence_first,
     }
 }
 
@@ -107,7 +111,7 @@ pub fn candidates(
         if !owned_by_its_statefulset(pod, component, &snapshot.name) {
             continue;
         }
-        let (step, zone, due) = match lost {
+        let (step, zone, due, needs_fence) = match lost {
             Some(lost) => {
                 // A cordoned or draining zone is maintenance, never listed here: only a
                 // pod whose own node is lost (or gone) moves, or, not scheduled, one whose
@@ -127,9 +131,15 @@ pub fn candidates(
                     .then(|| since.unwrap_or(now).checked_add(grace).ok())
                     .flatten()
                     .filter(|d| *d > now);
-                (Step::MoveOut, Some(lost.zone.clone()), due)
+                // The only pod of its component, on a node that may still run it: a
+                // replacement would run beside it (two compactors on one bucket), so it
+                // waits for the node to be fenced, however long.
+                let single = eff.component(component).is_some_and(|c| c.replicas <= 1);
+                let needs_fence = single && !fenced && node_name(pod).is_some();
+                let due = if needs_fence { None } else { due };
+                (Step::MoveOut, Some(lost.zone.clone()), due, needs_fence)
             }
-            None if node_name(pod).is_none() => (Step::Recreate, None, None),
+            None if node_name(pod).is_none() => (Step::Recreate, None, None, false),
             None => continue,
         };
         out.push(Move {
@@ -139,6 +149,7 @@ pub fn candidates(
             zone,
             claims,
             due,
+            needs_fence,
         });
     }
     out
@@ -321,7 +332,11 @@ mod tests {
         let names: Vec<&str> = early.iter().map(|m| m.pod.as_str()).collect();
         assert_eq!(names, ["s-compactor-0", "s-index-gateway-1"]);
         assert!(early.iter().all(|m| m.step == Step::MoveOut));
-        assert_eq!(early[0].due, Some(at("2026-01-01T00:10:00Z")));
+        // The compactor is the only one: it waits for its node to be fenced, not for
+        // the clock (see a_single_pod_moves_only_off_a_fenced_node).
+        assert!(early[0].needs_fence);
+        assert_eq!(early[1].due, Some(at("2026-01-01T00:10:00Z")));
+        assert!(!early[1].needs_fence, "one of two index gateways");
         assert_eq!(early[0].zone.as_deref(), Some("c"));
         assert_eq!(early[0].claims, ["storage-s-compactor-0"]);
         let late = candidates(
@@ -336,6 +351,74 @@ mod tests {
             late[0].commands("ns"),
             "kubectl -n ns delete pvc storage-s-compactor-0 --wait=false && kubectl -n ns delete pod s-compactor-0 --grace-period=0 --force"
         );
+    }
+
+    /// The only pod of a component (the compactor; an index gateway of one replica) is
+    /// never moved off a node that is lost but not fenced, however long past the grace:
+    /// the node may still run it behind a partition, and a replacement would run beside
+    /// it (two compactors against one bucket). Once the node is fenced it moves at once.
+    #[test]
+    fn a_single_pod_moves_only_off_a_fenced_node() {
+        let pods = || {
+            vec![
+                pod("s-compactor-0", "compactor", Some("c1")),
+                pod("s-index-gateway-1", "index-gateway", Some("c1")),
+            ]
+        };
+        let (mut snapshot, mut planned) = setup(pods(), vec![]);
+        let mut spec = zoned_spec(LokiStackSize::Small, 3, &[ZONE]);
+        spec.replication.as_mut().expect("zones").zone_outage =
+            Some(crate::model::api::ZoneOutageSpec {
+                recover_after: Some("10m".into()),
+            });
+        let opted_in = stack("s", spec.clone());
+        snapshot.now = at("2030-01-01T00:00:00Z");
+        let r = plan(&opted_in, &snapshot, &planned.findings, &planned.eff);
+        let names = |ms: &[Move]| ms.iter().map(|m| m.pod.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&r.fence_first),
+            ["s-compactor-0"],
+            "years past the grace"
+        );
+        assert_eq!(
+            names(&r.due),
+            ["s-index-gateway-1"],
+            "one of two moves on time"
+        );
+        // One index gateway is a single pod too.
+        spec.template = Some(crate::model::api::LokiTemplateSpec {
+            index_gateway: Some(crate::model::api::LokiComponentSpec {
+                replicas: Some(1),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let single = stack("s", spec);
+        planned.eff = effective(&single.spec);
+        let r = plan(&single, &snapshot, &planned.findings, &planned.eff);
+        assert_eq!(
+            names(&r.fence_first),
+            ["s-compactor-0", "s-index-gateway-1"]
+        );
+        assert!(r.due.is_empty());
+        // Fenced: both move at once.
+        let mut fenced = down("c1", "c");
+        fenced.spec = Some(
+            serde_json::from_value(json!({"taints": [
+            {"key": names::TAINT_OUT_OF_SERVICE, "value": "nodeshutdown", "effect": "NoExecute"}]}))
+            .expect("spec"),
+        );
+        let nodes = vec![
+            node("a1", &[(ZONE, "a")]),
+            node("b1", &[(ZONE, "b")]),
+            fenced,
+        ];
+        let (mut snapshot, mut planned) = setup_with(nodes, pods(), vec![]);
+        planned.eff = effective(&single.spec);
+        snapshot.now = at("2026-01-01T00:00:30Z");
+        let r = plan(&single, &snapshot, &planned.findings, &planned.eff);
+        assert!(r.fence_first.is_empty());
+        assert_eq!(names(&r.due), ["s-compactor-0", "s-index-gateway-1"]);
     }
 
     #[test]

@@ -227,7 +227,8 @@ fn quorum_lost(intent: &Intent, down: &[&str]) -> Option<(Reason, String)> {
 }
 
 /// What the zone-outage recovery did, waits for, or leaves to an admin.
-fn recovery_note(r: &Recovery, done: &Recovered, namespace: &str) -> String {
+fn recovery_note(r: &Recovery, done: &Recovered, snapshot: &Snapshot) -> String {
+    let namespace = snapshot.namespace.as_str();
     let mut out = String::new();
     let pods =
         |moves: &[Move]| name_list(&moves.iter().map(|m| m.pod.as_str()).collect::<Vec<_>>());
@@ -245,6 +246,30 @@ fn recovery_note(r: &Recovery, done: &Recovered, namespace: &str) -> String {
             " {} could not be moved: {why}: {}.",
             m.pod,
             m.commands(namespace)
+        );
+    }
+    let node_of = |m: &Move| {
+        snapshot
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(m.pod.as_str()))
+            .and_then(|p| crate::checks::podzone::node_name(p))
+            .unwrap_or("its node")
+            .to_string()
+    };
+    for m in &r.fence_first {
+        let node = node_of(m);
+        out += &format!(
+            " {pod} is the only pod of its component and {node} is lost but not known to have stopped: a replacement could run beside it (two against one bucket), so it is not moved. Once {node} is shut down, run `kubectl taint node {node} {taint}=nodeshutdown:NoExecute` (or delete the Node object) and it is moved at once.",
+            pod = m.pod,
+            taint = names::TAINT_OUT_OF_SERVICE,
+        );
+    }
+    for m in r.manual.iter().filter(|m| m.needs_fence) {
+        out += &format!(
+            " First make sure {node} is shut down: {pod} is the only pod of its component, and a replacement would run beside it.",
+            node = node_of(m),
+            pod = m.pod,
         );
     }
     if !r.manual.is_empty() {
@@ -337,7 +362,7 @@ fn zone_unavailable(
             "{}. {quorum}Do not lower the replication factor or restart ingesters in the available zones while it lasts; see docs/zone-failure-runbook.md.{}{}",
             zones.join("; "),
             held_note(intent),
-            recovery_note(recovery.0, recovery.1, &snapshot.namespace)
+            recovery_note(recovery.0, recovery.1, snapshot)
         ),
     ))
 }
