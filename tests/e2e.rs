@@ -1004,6 +1004,70 @@ async fn a_new_leader_writes_nothing_when_nothing_changed(env: &mut Env) -> Resu
     Ok(())
 }
 
+/// Scenario 11c: Drift made before a failover is repaired by the new leader. An edit that
+/// only removes a field (`kubectl patch --type=json` removing the ingesters' topology
+/// spread constraints) leaves no other field manager on the StatefulSet and its
+/// applied-hash as it was; the leader, which remembers what it applied, puts it back at
+/// once, so the test stops the operator first, edits, and starts a new leader, which must
+/// find the drift on its own (its first reconcile reads each child live) and apply the
+/// constraints again.
+async fn a_failover_repairs_a_field_removed_before_it(env: &mut Env) -> Result<()> {
+    let ns = "e2e-drift";
+    namespace(env, ns).await?;
+    create_stack(
+        env,
+        ns,
+        stack_json(
+            "drift",
+            "1x.demo",
+            json!({"factor": 1, "zones": [{"topologyKey": ZONE, "maxSkew": 1}]}),
+        ),
+    )
+    .await?;
+    let sets: Api<StatefulSet> = Api::namespaced(env.admin.clone(), ns);
+    let spread = |s: &StatefulSet| {
+        s.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.topology_spread_constraints.clone())
+            .unwrap_or_default()
+    };
+    let applied = eventually("the ingesters spread over zones", WAIT, || async {
+        let set = sets.get_opt("drift-ingester").await?;
+        Ok(set.map(|s| spread(&s)).filter(|c| !c.is_empty()))
+    })
+    .await?;
+    env.stop_operator();
+    let remove = json!([{"op": "remove", "path": "/spec/template/spec/topologySpreadConstraints"}]);
+    let patch: json_patch::Patch = serde_json::from_value(remove)?;
+    sets.patch(
+        "drift-ingester",
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await?;
+    ensure!(
+        spread(&sets.get("drift-ingester").await?).is_empty(),
+        "the edit did not remove the constraints"
+    );
+    let started = Instant::now();
+    env.start_operator().await?;
+    let back = eventually("the constraints back under a new leader", WAIT, || async {
+        let c = spread(&sets.get("drift-ingester").await?);
+        Ok((!c.is_empty()).then_some(c))
+    })
+    .await?;
+    ensure!(
+        back == applied,
+        "put back otherwise: {back:?}, applied {applied:?}"
+    );
+    println!(
+        "    removed before a failover, back {:?} after the new leader started",
+        started.elapsed()
+    );
+    Ok(())
+}
+
 /// Every stack's status, by namespace/name (null for an unmanaged or new stack).
 async fn statuses(env: &Env) -> Result<BTreeMap<String, Value>> {
     let list = Api::<LokiStack>::all(env.admin.clone())
@@ -1698,6 +1762,7 @@ fn main() -> std::process::ExitCode {
         render_with_the_secret_is_what_the_operator_applies,
         idle_resyncs_write_nothing,
         a_new_leader_writes_nothing_when_nothing_changed,
+        a_failover_repairs_a_field_removed_before_it,
     ];
     let runtime = match loki_zone_operator_tests::runtime() {
         Ok(r) => r,

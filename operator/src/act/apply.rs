@@ -7,10 +7,13 @@
 //! writes nothing. An edit or deletion by someone else changes the cached version (or
 //! removes the object), and the next reconcile applies it again.
 //!
-//! A failover is free too: the hash also goes onto the object, as
+//! A failover writes nothing either: the hash also goes onto the object, as
 //! [`names::ANNOTATION_APPLIED_HASH`]. A new leader, which remembers nothing, skips an
 //! object whose annotation matches what it renders, unless someone else owns fields of
-//! it beyond metadata and status (their edit may have changed what was applied).
+//! it beyond metadata and status (their edit may have changed what was applied), or the
+//! object as it is live no longer holds what it renders ([`holds`]): an edit that only
+//! removes a field, or clears `managedFields`, leaves no other owner behind, so the
+//! first reconcile of a term reads each child once and compares.
 //!
 //! So is an upgrade, as far as the hash goes: it is SHA-256 of the object's canonical
 //! JSON ([`applied_hash`]), which depends on the rendered object alone, not on the Rust
@@ -110,21 +113,124 @@ struct Applied {
 }
 
 /// Whether the server's copy is what this operator would apply now (`rendered`, whose
-/// hash is `hash`): what it applied last in this term (same hash, same version), or,
-/// with no memory of it (a new leader), an object whose applied-hash annotation is this
-/// hash and of whose rendered fields nobody else owns any (a controller's own fields,
-/// such as a ServiceAccount's token `secrets`, are no edit of ours). Another writer's
-/// fields on an unchanged object change neither our hash nor its generation: only the
-/// cache's marks tell that a take-over is due.
+/// hash is `hash`), as far as the cache tells: what it applied last in this term (same
+/// hash, same version), or, with no memory of it (a new leader), an object whose
+/// applied-hash annotation is this hash, that this operator's field manager still owns
+/// fields of (someone may have cleared `managedFields`), and of whose rendered fields
+/// nobody else owns any (a controller's own fields, such as a ServiceAccount's token
+/// `secrets`, are no edit of ours). Another writer's fields on an unchanged object change
+/// neither our hash nor its generation: only the cache's marks tell that a take-over is
+/// due. With no memory, the live object is read too ([`live_holds`]).
 fn unchanged(remembered: Option<&Applied>, now: &ChildState, hash: &str, rendered: &Value) -> bool {
     let same = match remembered {
         Some(last) => last.hash == hash && last.version == now.version,
         None => {
             let edited = now.foreign_fields.iter().any(|f| rendered.get(f).is_some());
-            now.applied_hash.as_deref() == Some(hash) && !edited
+            now.applied_hash.as_deref() == Some(hash) && now.applied_by_us && !edited
         }
     };
     same && !now.written_by_go
+}
+
+/// Whether the live object (read from the API server's watch cache) still holds
+/// `rendered`; see [`holds`].
+async fn live_holds(
+    api: &Api<DynamicObject>,
+    kind: ChildKind,
+    name: &str,
+    rendered: &Value,
+) -> Result<bool, ApplyError> {
+    let live = match api.get_with(name, &GetParams::any()).await {
+        Ok(live) => live,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
+        Err(source) => {
+            return Err(ApplyError::Read {
+                kind,
+                name: name.to_string(),
+                source,
+            })
+        }
+    };
+    let live = serde_json::to_value(&live).map_err(|source| ApplyError::Serialize {
+        kind,
+        name: name.to_string(),
+        source,
+    })?;
+    let rendered_meta = &rendered["metadata"];
+    let meta_held = ["labels", "annotations", "ownerReferences"]
+        .iter()
+        .all(|k| holds(&live["metadata"][*k], &rendered_meta[*k]));
+    let body_held = rendered
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+        .all(|(k, v)| holds(&live[k], v));
+    Ok(meta_held && body_held)
+}
+
+/// Whether `live` holds every value of `want` as the API server stores it: each key of
+/// an object with an equal value (a key the server adds, a default, is no difference),
+/// lists item by item, quantities by their value (`0.5` is stored as `500m`). A zero value
+/// (`""`, `0`, `false`, `[]`, `{}`, null) may be missing, as the server leaves out
+/// empty fields. A field removed from the live object is a difference.
+pub fn holds(live: &Value, want: &Value) -> bool {
+    match (want, live) {
+        (w, Value::Null) => is_zero(w),
+        (Value::Object(w), Value::Object(l)) => w
+            .iter()
+            .all(|(k, v)| holds(l.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Array(w), Value::Array(l)) => {
+            w.len() == l.len() && w.iter().zip(l).all(|(w, l)| holds(l, w))
+        }
+        (Value::String(w), Value::String(l)) => {
+            w == l || quantity(w).is_some_and(|q| quantity(l) == Some(q))
+        }
+        (Value::Number(w), Value::Number(l)) => w.as_f64() == l.as_f64(),
+        (w, l) => w == l,
+    }
+}
+
+fn is_zero(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// A Kubernetes quantity's value (`500m`, `1Gi`, `2e3`), to compare two spellings.
+fn quantity(s: &str) -> Option<f64> {
+    const SUFFIXES: [(&str, f64); 13] = [
+        ("Ki", 1024.0),
+        ("Mi", 1_048_576.0),
+        ("Gi", 1_073_741_824.0),
+        ("Ti", 1_099_511_627_776.0),
+        ("Pi", 1_125_899_906_842_624.0),
+        ("Ei", 1_152_921_504_606_846_976.0),
+        ("m", 1e-3),
+        ("k", 1e3),
+        ("M", 1e6),
+        ("G", 1e9),
+        ("T", 1e12),
+        ("P", 1e15),
+        ("E", 1e18),
+    ];
+    let (number, factor) = SUFFIXES
+        .iter()
+        .find_map(|(suffix, f)| s.strip_suffix(suffix).map(|n| (n, *f)))
+        .unwrap_or((s, 1.0));
+    let starts_numeric = number
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_digit() || c == '.' || c == '-' || c == '+');
+    if !starts_numeric {
+        return None;
+    }
+    number.parse::<f64>().ok().map(|n| n * factor)
 }
 
 /// Never adopt: an object of the child's name that exists without this stack's
@@ -335,8 +441,11 @@ impl Applier {
         let server = snapshot.children.get(&id);
         let remembered = self.memory().get(key).and_then(|m| m.get(&id)).cloned();
         if let Some(now) = server.filter(|now| unchanged(remembered.as_ref(), now, &hash, &json)) {
-            self.remember(key, id, hash, now.version.clone());
-            return Ok(false);
+            // Known this term, or read live and found to hold what is rendered.
+            if remembered.is_some() || live_holds(&api, kind, &id.1, &json).await? {
+                self.remember(key, id, hash, now.version.clone());
+                return Ok(false);
+            }
         }
         match server {
             None => check_not_foreign(&api, kind, &id.1, &snapshot.uid).await?,
@@ -402,6 +511,47 @@ impl Applier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the server does to an applied object is no difference (defaults added,
+    /// empty fields left out, quantities respelled); a field removed or changed is.
+    #[test]
+    fn a_live_object_holds_what_was_rendered_unless_a_field_went() {
+        let rendered = serde_json::json!({"spec": {
+            "replicas": 2,
+            "template": {"spec": {
+                "containers": [{"name": "loki", "args": ["-target=ingester"], "env": [{"name": "A", "value": ""}],
+                                "resources": {"requests": {"cpu": "0.5", "memory": "1024Mi"}}}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}],
+                "securityContext": {},
+            }},
+        }});
+        let live = serde_json::json!({"spec": {
+            "replicas": 2,
+            "revisionHistoryLimit": 10,
+            "template": {"spec": {
+                "containers": [{"name": "loki", "args": ["-target=ingester"], "env": [{"name": "A"}],
+                                "imagePullPolicy": "IfNotPresent",
+                                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}],
+                "dnsPolicy": "ClusterFirst",
+            }},
+        }});
+        assert!(holds(&live, &rendered));
+        let mut removed = live.clone();
+        removed["spec"]["template"]["spec"]
+            .as_object_mut()
+            .map(|s| s.remove("topologySpreadConstraints"));
+        assert!(!holds(&removed, &rendered), "a removed field is drift");
+        let mut changed = live.clone();
+        changed["spec"]["replicas"] = serde_json::json!(3);
+        assert!(!holds(&changed, &rendered), "a changed value is drift");
+        let mut cpu = live;
+        cpu["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] =
+            serde_json::json!("600m");
+        assert!(!holds(&cpu, &rendered), "another quantity is drift");
+        assert_eq!(quantity("2e3"), Some(2000.0));
+        assert_eq!(quantity("ingester"), None);
+    }
 
     #[test]
     fn equal_json_hashes_equal() {

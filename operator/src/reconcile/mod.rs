@@ -171,10 +171,12 @@ async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Next, ReconcileErr
     let intent = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
     let (done, applied) = execute(&ctx.actor(), &snapshot, &intent).await;
     let report = status::report::report(stack, &snapshot, &intent, &done);
+    // Before the status is written: whoever reads the written status and then the
+    // metrics (an alert, a test) never finds the metrics behind it.
+    record(ctx, &snapshot, stack, &report.status);
     report::publish(&ctx.client, &ctx.notify, stack, &report)
         .await
         .map_err(ReconcileError::Status)?;
-    record(ctx, &snapshot, stack, &report.status);
     applied?;
     Ok(Next {
         held_back: done.applied == Applied::HeldBack,

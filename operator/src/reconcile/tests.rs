@@ -222,8 +222,9 @@ async fn an_unchanged_stack_sends_nothing() {
     assert_eq!(lines(&calls), Vec::<String>::new());
 }
 
-/// A new leader (a new term: nothing remembered) reads the storage Secret again and
-/// writes nothing: each child's applied-hash annotation matches what it renders.
+/// A new leader (a new term: nothing remembered) reads the storage Secret again, and
+/// each child once, to compare it with what it renders, and writes nothing: each child's
+/// applied-hash annotation matches and the live object holds what is rendered.
 #[tokio::test]
 async fn a_failover_writes_nothing() {
     let mut w = World::new();
@@ -236,7 +237,54 @@ async fn a_failover_writes_nothing() {
     w.ctx.caches.secret_reader.new_term();
     let (result, calls) = w.reconcile("s").await;
     assert!(result.is_ok(), "{result:?}");
-    assert_eq!(lines(&calls), [format!("get {NS}/secrets/loki-s3")]);
+    assert_eq!(writes(&calls), Vec::<String>::new());
+    let mut gets: Vec<String> = DEMO_CHILDREN
+        .iter()
+        .map(|p| format!("get {NS}/{p}"))
+        .collect();
+    gets.push(format!("get {NS}/secrets/loki-s3"));
+    gets.sort();
+    assert_eq!(reads(&calls), gets);
+    // Once read, a child is known for the rest of the term.
+    let (_, calls) = w.reconcile("s").await;
+    assert_eq!(lines(&calls), Vec::<String>::new());
+}
+
+/// An edit made before a failover that only removes a field (here the ingesters'
+/// topology spread constraints, as `kubectl patch --type=json` with `remove` does) leaves
+/// no other field manager behind and the applied-hash as it was: the new leader still
+/// sees it on its live read and applies the StatefulSet again, and only it.
+#[tokio::test]
+async fn a_failover_repairs_a_field_removed_before_it() {
+    let mut w = World::new();
+    running_zone_aware_stack(&w).await;
+    let set = Key {
+        group: "apps".into(),
+        plural: "statefulsets".into(),
+        namespace: Some(NS.into()),
+        name: "s-ingester".into(),
+    };
+    let constraints = |w: &World| {
+        w.cluster.get(&set).expect("the set")["spec"]["template"]["spec"]
+            ["topologySpreadConstraints"]
+            .clone()
+    };
+    let applied = constraints(&w);
+    assert!(
+        applied.is_array(),
+        "a zone-aware ingester spreads over zones"
+    );
+    w.cluster.edit(&set, |s| {
+        s["spec"]["template"]["spec"]
+            .as_object_mut()
+            .map(|spec| spec.remove("topologySpreadConstraints"));
+    });
+    w.ctx = term(&w.cluster);
+    w.ctx.caches.secret_reader.new_term();
+    let (result, calls) = w.reconcile("s").await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(writes(&calls), applies(&["statefulsets/s-ingester"]));
+    assert_eq!(constraints(&w), applied);
 }
 
 /// An edit of the spec applies what it changes, and the status observes the new
