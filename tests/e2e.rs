@@ -59,7 +59,8 @@ mod restart;
 #[path = "e2e/rules.rs"]
 mod rules;
 use rules::{
-    network_policies_are_applied_and_removed, rules_are_loaded_per_tenant_reported_and_removed,
+    network_policies_are_applied_and_removed, rule_objects_never_hold_back_the_workloads,
+    rules_are_loaded_per_tenant_reported_and_removed,
 };
 #[path = "e2e/stalled_leader.rs"]
 mod stalled_leader;
@@ -1730,6 +1731,7 @@ fn main() -> std::process::ExitCode {
         pod_on_unlabelled_node_is_named_then_annotated_when_labelled,
         disabled_ruler_is_pruned_and_unmanaged_stacks_are_left_alone,
         rules_are_loaded_per_tenant_reported_and_removed,
+        rule_objects_never_hold_back_the_workloads,
         network_policies_are_applied_and_removed,
         standby_replica_takes_over_when_the_leader_stops,
         a_stalled_leader_stops_before_a_standby_takes_over,

@@ -418,6 +418,70 @@ pub async fn rules_are_loaded_per_tenant_reported_and_removed(env: &mut Env) -> 
     Ok(())
 }
 
+/// Rule objects, which anyone who may write them in a picked namespace controls, never
+/// hold back the stack: a rule of a 240-character name (whose Go-style file key,
+/// `<namespace>-<name>-<uid>.yaml`, is longer than a ConfigMap key may be) loads under a
+/// shortened key, and a rule of 1 MB (more than one ConfigMap holds) is left out and
+/// named; with both there, a spec change still reaches the workloads. Before, either
+/// made the tenant's rules ConfigMap one the server refused, in the first apply wave,
+/// and nothing after it was applied again.
+pub async fn rule_objects_never_hold_back_the_workloads(env: &mut Env) -> Result<()> {
+    let app_cm = format!("{STACK}-rules-application-0");
+    let expr = r#"sum by (app) (rate({app=~".+"} |= "error" [5m])) > 1"#;
+    let long_name = "r".repeat(240);
+    let long = create(
+        env,
+        "AlertingRule",
+        NS,
+        &alerting(&long_name, "application", expr, true),
+    )
+    .await?;
+    let mut huge = alerting("huge", "application", expr, true);
+    huge["spec"]["groups"][0]["rules"][0]["annotations"]["runbook"] = json!("x".repeat(1_000_000));
+    create(env, "AlertingRule", NS, &huge).await?;
+    let key = loki_zone_operator::ruler::names::rule_file_key(
+        NS,
+        &long_name,
+        &long.uid().unwrap_or_default(),
+    );
+    ensure!(key.len() <= 253, "{}", key.len());
+    wait_file(env, &app_cm, &key, true).await?;
+    let msg = wait_ready(env, "AlertingRule", NS, "huge", "False", "InvalidRule").await?;
+    ensure!(msg.contains("split its groups"), "{msg}");
+
+    Api::<loki_zone_operator::model::api::LokiStack>::namespaced(env.admin.clone(), NS)
+        .patch(
+            STACK,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"template": {"querier": {"replicas": 2}}}})),
+        )
+        .await?;
+    eventually(
+        "the spec change rolled out beside the two rules",
+        WAIT,
+        || async {
+            let d =
+                Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.admin.clone(), NS)
+                    .get(&format!("{STACK}-querier"))
+                    .await?;
+            Ok((d.spec.and_then(|s| s.replicas) == Some(2)).then_some(()))
+        },
+    )
+    .await?;
+    let s = get_stack(env, NS, STACK).await?;
+    ensure!(
+        condition(&s, "Degraded").is_none_or(|c| c.status == "False"),
+        "the stack is Degraded: {:?}",
+        condition(&s, "Degraded")
+    );
+    for name in [long_name.as_str(), "huge"] {
+        api(env, "AlertingRule", NS)
+            .delete(name, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
+
 /// `spec.networkPolicies.ruleSet: RestrictIngressEgress` applies the stack's
 /// NetworkPolicies (the ruler's egress to its RulerConfig's Alertmanager among them);
 /// `None` removes them. Whether they are enforced is the CNI's business: the test

@@ -370,10 +370,13 @@ impl Applier {
 
     /// Applies every child, skipping those whose desired state and server version are
     /// unchanged since the last apply; then removes `stale`. The ServiceAccount and the
-    /// ConfigMap go first, since every pod needs both; the other children then go
+    /// ConfigMaps go first, since every pod needs them; the other children then go
     /// together, [`APPLY_IN_FLIGHT`] at a time, so a new stack costs a few round trips
     /// instead of two per object. A failure stops before the next wave and before any
-    /// removal; the error returned is the first in render order.
+    /// removal; the error returned is the first in render order. A rules ConfigMap is
+    /// the exception: its failure stops only the removals, so that rule objects, which
+    /// others may write, never hold back the stack's workloads (the ruler mounts its
+    /// rules ConfigMaps as optional), and is returned once the rest is applied.
     pub async fn apply(
         &self,
         snapshot: &Snapshot,
@@ -388,25 +391,32 @@ impl Applier {
                 ChildKind::ServiceAccount | ChildKind::ConfigMap
             )
         });
+        let mut rules_failed = None;
         for wave in [first, rest] {
             // Built before the stream rather than by a closure inside it: a closure over
             // borrowed children there fails the higher-ranked lifetime check that the
             // controller's Send bound brings.
             let pending: Vec<_> = wave
-                .into_iter()
+                .iter()
                 .map(|child| self.apply_one(&key, snapshot, child))
                 .collect();
             let results: Vec<Result<bool, ApplyError>> = stream::iter(pending)
                 .buffered(APPLY_IN_FLIGHT)
                 .collect()
                 .await;
-            for sent in results {
-                if sent? {
-                    report.applied += 1;
-                } else {
-                    report.unchanged += 1;
+            for (child, sent) in wave.iter().zip(results) {
+                match sent {
+                    Ok(true) => report.applied += 1,
+                    Ok(false) => report.unchanged += 1,
+                    Err(e) if child.is_rules() => {
+                        rules_failed.get_or_insert(e);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
+        }
+        if let Some(e) = rules_failed {
+            return Err(e);
         }
         for (kind, name) in stale {
             if self.delete(&key, *kind, name).await? {

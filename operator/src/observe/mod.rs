@@ -30,6 +30,7 @@ use crate::model::writers::{foreign_fields, writers};
 use crate::render::kinds::ChildKind;
 use crate::ruler::api::{AlertingRule, RecordingRule, RulerConfig, RulerConfigSpec};
 use crate::ruler::check::selects;
+use crate::ruler::names as rulernames;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
@@ -88,11 +89,21 @@ pub struct RulesObserved {
     pub picked: Vec<PickedRule>,
     /// The RulerConfig of the stack's name and namespace.
     pub ruler_config: Option<Result<RulerConfigSpec, DecodeError>>,
-    /// The key names of the remote-write Secret the RulerConfig names: `None` when it
-    /// does not exist or none is named (see [`ruler_secret_keys`]).
-    pub remote_write_secret_keys: Option<BTreeSet<String>>,
+    /// The remote-write Secret the RulerConfig names: `None` when it does not exist or
+    /// none is named (see [`ruler_secret`]).
+    pub remote_write_secret: Option<RulerSecretSeen>,
     /// Rule kinds the API server does not serve.
     pub unserved: Vec<RuleKind>,
+}
+
+/// Of the remote-write Secret a RulerConfig names, what the plan needs: never its values.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RulerSecretSeen {
+    /// The keys with a non-empty value.
+    pub keys: BTreeSet<String>,
+    /// Whether the Secret says it may be sent to a remote-write endpoint
+    /// ([`rulernames::ANNOTATION_REMOTE_WRITE_SECRET`] is `"true"`).
+    pub opted_in: bool,
 }
 
 /// What the caches hold for one stack, at one instant.
@@ -185,7 +196,7 @@ pub async fn observe(
         None => RulesObserved::default(),
     };
     let rules = RulesObserved {
-        remote_write_secret_keys: ruler_secret_keys(client, &picked, &namespace).await?,
+        remote_write_secret: ruler_secret(client, &picked, &namespace).await?,
         ..picked
     };
     Ok(Snapshot {
@@ -356,19 +367,19 @@ fn observe_rules(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str)
     RulesObserved {
         picked,
         ruler_config,
-        remote_write_secret_keys: None,
+        remote_write_secret: None,
         unserved: rc.unserved(),
     }
 }
 
-/// The key names of the remote-write Secret a stack's RulerConfig names, if it exists.
-/// Like the CA ConfigMap, one read per reconcile of a stack that sets one: nothing else
-/// needs these Secrets, and a watch would need `list` on every Secret.
-async fn ruler_secret_keys(
+/// The remote-write Secret a stack's RulerConfig names, if it exists: its key names and
+/// whether it opted in. Like the CA ConfigMap, one read per reconcile of a stack that sets
+/// one: nothing else needs these Secrets, and a watch would need `list` on every Secret.
+async fn ruler_secret(
     client: &Client,
     rules: &RulesObserved,
     namespace: &str,
-) -> Result<Option<BTreeSet<String>>, ObserveError> {
+) -> Result<Option<RulerSecretSeen>, ObserveError> {
     let Some(Ok(config)) = &rules.ruler_config else {
         return Ok(None);
     };
@@ -386,6 +397,12 @@ async fn ruler_secret_keys(
         .await
         .map_err(|source| ObserveError::ReadRulerSecret { name, source })?;
     Ok(found.map(|s| {
+        let opted_in = s
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(rulernames::ANNOTATION_REMOTE_WRITE_SECRET))
+            .is_some_and(|v| v == "true");
         let data = s.data.into_iter().flat_map(|d| {
             d.into_iter()
                 .filter(|(_, v)| !v.0.is_empty())
@@ -395,7 +412,10 @@ async fn ruler_secret_keys(
             .string_data
             .into_iter()
             .flat_map(|d| d.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, _)| k));
-        data.chain(text).collect()
+        RulerSecretSeen {
+            keys: data.chain(text).collect(),
+            opted_in,
+        }
     }))
 }
 

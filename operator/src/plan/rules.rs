@@ -13,8 +13,10 @@ use crate::model::api::LokiStack;
 use crate::model::conditions::Reason;
 use crate::model::defaults::{RuleFile, RulerInput};
 use crate::observe::{PickedRule, PickedSpec, RulesObserved, Snapshot};
+use crate::render::rules;
 use crate::ruler::api::RulerConfigSpec;
 use crate::ruler::check::{check_alerting_rule, check_recording_rule, check_ruler_config};
+use crate::ruler::names as rulernames;
 use crate::ruler::settings;
 
 /// The file and the errors of one picked rule.
@@ -39,11 +41,24 @@ pub fn check(rule: &PickedRule) -> Result<RuleFile, Vec<String>> {
         return Err(errors.iter().map(ToString::to_string).collect());
     }
     let groups = groups.map_err(|e| vec![e.to_string()])?;
-    Ok(RuleFile {
-        key: format!("{}-{}-{}.yaml", rule.namespace, rule.name, rule.uid),
+    let file = RuleFile {
+        key: rulernames::rule_file_key(&rule.namespace, &rule.name, &rule.uid),
         tenant: tenant.clone(),
         groups,
-    })
+    };
+    // A file too large for any ConfigMap would make its shard one the server refuses.
+    let size = file.key.len()
+        + rules::rule_file_yaml(&file)
+            .map_err(|e| vec![e.to_string()])?
+            .len();
+    if size > rules::MAX_CONFIG_MAP_DATA {
+        return Err(vec![format!(
+            "its rule file is {size} bytes, more than the {} bytes a ConfigMap holds: split its groups over several {}s",
+            rules::MAX_CONFIG_MAP_DATA,
+            rule.kind.kind()
+        )]);
+    }
+    Ok(file)
 }
 
 pub fn plan(stack: &LokiStack, snapshot: &Snapshot) -> (RulerInput, RuleFindings) {
@@ -120,25 +135,41 @@ fn ruler_config(snapshot: &Snapshot, findings: &mut RuleFindings) -> Option<Rule
 }
 
 /// Why the remote-write Secret a RulerConfig names holds the stack back, if it does:
-/// missing, or without a key its authorization needs.
+/// missing, not consenting to be sent away, or without a key its authorization needs.
 fn remote_write_secret(config: &RulerConfigSpec, snapshot: &Snapshot) -> Option<(Reason, String)> {
     let client = config.remote_write.as_ref()?.client.as_ref()?;
     let name = &client.authorization_secret_name;
     let needed = client.authorization_type.secret_keys();
-    let Some(keys) = &snapshot.rules.remote_write_secret_keys else {
+    let Some(secret) = &snapshot.rules.remote_write_secret else {
         return Some((
             Reason::MissingRulerSecret,
             format!(
-                "the remote-write Secret {name:?} (RulerConfig spec.remoteWrite.client.authorizationSecretName) does not exist in namespace {}. Create it with the keys {}",
+                "the remote-write Secret {name:?} (RulerConfig spec.remoteWrite.client.authorizationSecretName) does not exist in namespace {}. Create it with the keys {} and the annotation {}=true",
                 snapshot.namespace,
-                needed.join(" and ")
+                needed.join(" and "),
+                rulernames::ANNOTATION_REMOTE_WRITE_SECRET,
             ),
         ));
     };
+    if !secret.opted_in {
+        return Some((
+            Reason::InvalidRulerSecret,
+            format!(
+                "the remote-write Secret {name:?} is not marked for remote write, so the ruler does not send it to {}: if it is meant for that, annotate it (kubectl -n {} annotate secret {name} {}=true)",
+                config
+                    .remote_write
+                    .as_ref()
+                    .and_then(|rw| rw.client.as_ref())
+                    .map_or("", |c| c.url.as_str()),
+                snapshot.namespace,
+                rulernames::ANNOTATION_REMOTE_WRITE_SECRET,
+            ),
+        ));
+    }
     let missing: Vec<&str> = needed
         .iter()
         .copied()
-        .filter(|k| !keys.contains(*k))
+        .filter(|k| !secret.keys.contains(*k))
         .collect();
     (!missing.is_empty()).then(|| {
         (
@@ -156,7 +187,7 @@ fn remote_write_secret(config: &RulerConfigSpec, snapshot: &Snapshot) -> Option<
 mod tests {
     use super::*;
     use crate::model::api::LokiStackSize;
-    use crate::observe::RulesObserved;
+    use crate::observe::{RulerSecretSeen, RulesObserved};
     use crate::testing::{stack, stack_spec};
     use serde_json::json;
 
@@ -216,6 +247,60 @@ mod tests {
         assert!(findings.hold.is_none());
     }
 
+    /// A rule of a name near the longest a name may be, and a rule whose file no
+    /// ConfigMap can hold: the first loads (its key cut to fit), the second is named and
+    /// left out, and neither reaches a ConfigMap the server would refuse.
+    #[test]
+    fn a_long_name_loads_and_an_oversized_rule_is_left_out() {
+        let s = ruled_stack(true);
+        let long_name = "r".repeat(240);
+        let big = "x".repeat(rules::MAX_CONFIG_MAP_DATA);
+        let snap = Snapshot {
+            namespace: "ns".into(),
+            name: "s".into(),
+            rules: RulesObserved {
+                picked: vec![
+                    picked(
+                        &long_name,
+                        json!({"tenantID": "application", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate({a=\"b\"}[5m])) > 1"}]}]}),
+                    ),
+                    picked(
+                        "huge",
+                        json!({"tenantID": "application", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate({a=\"b\"}[5m])) > 1", "annotations": {"runbook": big}}]}]}),
+                    ),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (input, findings) = plan(&s, &snap);
+        let files = input.files.expect("files");
+        assert_eq!(files.len(), 1);
+        assert!(
+            files[0].key.len() <= rulernames::CONFIG_MAP_KEY_MAX,
+            "{}",
+            files[0].key.len()
+        );
+        let maps = rules::config_maps("s", &files).expect("maps");
+        assert!(maps.iter().all(|m| m
+            .files
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+            <= rules::MAX_CONFIG_MAP_DATA));
+        assert_eq!(findings.not_loaded.len(), 1, "{:?}", findings.not_loaded);
+        assert!(
+            findings.not_loaded[0].starts_with("AlertingRule ns/huge (its rule file is ")
+                && findings.not_loaded[0].contains(&format!(
+                    "more than the {} bytes",
+                    rules::MAX_CONFIG_MAP_DATA
+                ))
+                && findings.not_loaded[0].contains("split its groups over several AlertingRules"),
+            "{:?}",
+            findings.not_loaded
+        );
+    }
+
     #[test]
     fn without_a_selector_rules_stay_in_the_object_store() {
         let (input, findings) = plan(&ruled_stack(false), &Snapshot::default());
@@ -243,7 +328,13 @@ mod tests {
         let (input, f) = plan(&s, &snap);
         assert_eq!(f.hold.map(|h| h.0), Some(Reason::MissingRulerSecret));
         assert_eq!(input.remote_write_secret.as_deref(), Some("rw"));
-        snap.rules.remote_write_secret_keys = Some(["username".to_string()].into());
+        let seen = |keys: &[&str], opted_in: bool| {
+            Some(RulerSecretSeen {
+                keys: keys.iter().map(ToString::to_string).collect(),
+                opted_in,
+            })
+        };
+        snap.rules.remote_write_secret = seen(&["username"], true);
         let (_, f) = plan(&s, &snap);
         let (reason, message) = f.hold.expect("held");
         assert_eq!(reason, Reason::InvalidRulerSecret);
@@ -251,8 +342,41 @@ mod tests {
             message.contains("lacks the non-empty keys password"),
             "{message}"
         );
-        snap.rules.remote_write_secret_keys =
-            Some(["username".to_string(), "password".to_string()].into());
+        snap.rules.remote_write_secret = seen(&["username", "password"], true);
+        assert_eq!(plan(&s, &snap).1.hold, None);
+    }
+
+    #[test]
+    fn a_remote_write_secret_is_sent_away_only_when_it_says_so() {
+        // Any Secret of the namespace, named by whoever may edit the RulerConfig, would
+        // otherwise be mounted into the ruler and sent to the URL that editor chose.
+        let s = ruled_stack(true);
+        let mut snap = Snapshot {
+            namespace: "ns".into(),
+            name: "s".into(),
+            ..Default::default()
+        };
+        snap.rules.ruler_config = Some(Ok(serde_json::from_value(json!({"remoteWrite": {"enabled": true, "client": {
+            "name": "m", "url": "https://collector.example/api/v1/write", "authorization": "bearer", "authorizationSecretName": "db-admin"}}}))
+        .expect("config")));
+        snap.rules.remote_write_secret = Some(RulerSecretSeen {
+            keys: ["bearer_token".to_string()].into(),
+            opted_in: false,
+        });
+        let (reason, message) = plan(&s, &snap).1.hold.expect("held back");
+        assert_eq!(reason, Reason::InvalidRulerSecret);
+        assert!(
+            message.contains("\"db-admin\" is not marked for remote write")
+                && message.contains("https://collector.example/api/v1/write")
+                && message.contains(
+                    "kubectl -n ns annotate secret db-admin loki.grafana.com/ruler-remote-write=true"
+                ),
+            "{message}"
+        );
+        snap.rules.remote_write_secret = Some(RulerSecretSeen {
+            keys: ["bearer_token".to_string()].into(),
+            opted_in: true,
+        });
         assert_eq!(plan(&s, &snap).1.hold, None);
     }
 }

@@ -238,6 +238,17 @@ impl Child {
         self.meta().name.as_deref().unwrap_or_default()
     }
 
+    /// Whether this is a ConfigMap of rule files, whose content comes from rule objects
+    /// rather than from the LokiStack.
+    pub fn is_rules(&self) -> bool {
+        matches!(self, Child::ConfigMap(_))
+            && self
+                .meta()
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(rulernames::ANNOTATION_RULES_TENANT))
+    }
+
     /// The object as JSON, with `apiVersion` and `kind`: what a server-side apply sends.
     pub fn to_json(&self) -> Result<Value, serde_json::Error> {
         match self {

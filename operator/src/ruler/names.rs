@@ -20,12 +20,33 @@ pub const ANNOTATION_RULES_TENANT: &str = "loki.grafana.com/rules-tenant";
 /// Where the remote-write credentials of a RulerConfig are mounted in the ruler pods.
 pub const REMOTE_WRITE_SECRET_DIR: &str = "/etc/loki/ruler/remote-write";
 pub const VOLUME_REMOTE_WRITE_SECRET: &str = "ruler-remote-write";
+/// A Secret's consent to being a RulerConfig's remote-write credentials (value `"true"`).
+/// The RulerConfig names the Secret and chooses the URL the ruler sends it to: without
+/// the consent, whoever may edit a RulerConfig would read every Secret of the namespace
+/// without the right to `get` one. Whoever may write the Secret gives it.
+pub const ANNOTATION_REMOTE_WRITE_SECRET: &str = "loki.grafana.com/ruler-remote-write";
 /// The ConfigMaps with one tenant's rule files: `<stack>-rules-<tenant>-<shard>` when
 /// the tenant is a short DNS label, else a hash of it (a tenant ID may hold characters a
 /// name may not). A hashed key starts with `h` and has 16 hex digits; a tenant of that
 /// very form is hashed too, so no two tenants share a name.
 pub fn rules_config_map_name(stack: &str, tenant: &str, shard: usize) -> String {
     format!("{stack}-rules-{}-{shard}", tenant_key(tenant))
+}
+
+/// The most a ConfigMap key may have (Kubernetes' limit on a data key).
+pub const CONFIG_MAP_KEY_MAX: usize = 253;
+
+/// The key of a rule object's file in its tenant's ConfigMap: the Go Loki Operator's
+/// `<namespace>-<name>-<uid>.yaml`, with the name cut short when the key would exceed
+/// [`CONFIG_MAP_KEY_MAX`] (a name of about 150 characters or more, with the longest
+/// namespace). The uid keeps keys unique, and namespaces, names and uids hold only
+/// characters a key may.
+pub fn rule_file_key(namespace: &str, name: &str, uid: &str) -> String {
+    const SUFFIX: &str = ".yaml";
+    let fixed = namespace.len() + uid.len() + 2 + SUFFIX.len();
+    let room = CONFIG_MAP_KEY_MAX.saturating_sub(fixed);
+    let name = name.get(..room.min(name.len())).unwrap_or(name);
+    format!("{namespace}-{name}-{uid}{SUFFIX}")
 }
 
 /// The volume of one tenant's rule files in the ruler pods (a DNS label).
@@ -60,6 +81,18 @@ fn tenant_key(tenant: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_file_key_is_never_longer_than_a_key_may_be() {
+        let uid = "0b7f3a52-5c1e-4d55-9f0e-1d2c3b4a5e6f";
+        assert_eq!(rule_file_key("ns", "r", uid), format!("ns-r-{uid}.yaml"));
+        let (ns, name) = ("n".repeat(63), "r".repeat(253));
+        let key = rule_file_key(&ns, &name, uid);
+        assert_eq!(key.len(), CONFIG_MAP_KEY_MAX);
+        assert!(key.starts_with(&format!("{ns}-rrr")) && key.ends_with(&format!("r-{uid}.yaml")));
+        // Two long names of one prefix stay apart by their uids.
+        assert_ne!(key, rule_file_key(&ns, &name, "another-uid"));
+    }
 
     #[test]
     fn rules_config_maps_are_named_by_tenant_or_by_its_hash() {
