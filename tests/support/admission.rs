@@ -136,6 +136,7 @@ pub fn invalid_cases() -> Vec<Invalid> {
     }
     limits(&mut t);
     rule_selectors(&mut t);
+    rule_tenant_grants(&mut t);
     network_policies(&mut t);
     hash_ring(&mut t);
     for (i, c) in COMPONENTS.iter().enumerate() {
@@ -276,6 +277,90 @@ fn rule_selectors(t: &mut Table) {
             );
         }
     }
+}
+
+/// `spec.rules.allowedTenants`: names as Kubernetes and Loki take them, never empty,
+/// lists bounded.
+fn rule_tenant_grants(t: &mut Table) {
+    let many = |item: &str| json!(vec![item; 101]);
+    let grant = json!({"namespaces": ["team-a"], "tenants": ["a"]});
+    let with = |key: &str, value: Value| {
+        let mut g = grant.clone();
+        if value.is_null() {
+            g.as_object_mut().map(|o| o.remove(key));
+        } else {
+            g[key] = value;
+        }
+        g
+    };
+    let at = "spec.rules.allowedTenants[0]";
+    let cases = [
+        (
+            "tenant-slash",
+            format!("{at}.tenants[0]"),
+            with("tenants", json!(["a/b"])),
+        ),
+        (
+            "tenant-empty",
+            format!("{at}.tenants[0]"),
+            with("tenants", json!([""])),
+        ),
+        (
+            "tenant-long",
+            format!("{at}.tenants[0]"),
+            with("tenants", json!(["t".repeat(151)])),
+        ),
+        (
+            "tenants-none",
+            format!("{at}.tenants"),
+            with("tenants", json!([])),
+        ),
+        (
+            "tenants-many",
+            format!("{at}.tenants"),
+            with("tenants", many("a")),
+        ),
+        (
+            "tenants-missing",
+            format!("{at}.tenants"),
+            with("tenants", Value::Null),
+        ),
+        (
+            "namespace-upper",
+            format!("{at}.namespaces[0]"),
+            with("namespaces", json!(["Team-A"])),
+        ),
+        (
+            "namespace-empty",
+            format!("{at}.namespaces[0]"),
+            with("namespaces", json!([""])),
+        ),
+        (
+            "namespace-long",
+            format!("{at}.namespaces[0]"),
+            with("namespaces", json!(["n".repeat(64)])),
+        ),
+        (
+            "namespaces-many",
+            format!("{at}.namespaces"),
+            with("namespaces", many("n")),
+        ),
+        (
+            "namespaces-missing",
+            format!("{at}.namespaces"),
+            with("namespaces", Value::Null),
+        ),
+    ];
+    for (name, field, g) in cases {
+        t.case(&format!("rules-grant-{name}"), &field, EVERY_SERVER, |v| {
+            set(v, "rules.allowedTenants", json!([g]))
+        });
+    }
+    t.bad(
+        "rules-grants-many",
+        "rules.allowedTenants",
+        json!(vec![grant; 101]),
+    );
 }
 
 /// `spec.networkPolicies`: the rule set is required, and one of the Go operator's two.

@@ -60,6 +60,12 @@ pub const RULE_TLS_S3_MSG: &str =
 /// unbounded maps of unbounded lists exceeds the CEL cost budget); tenant names, map
 /// keys that a CRD schema cannot constrain, by the reconciler (`checks/validate.rs`).
 pub const NO_DOLLAR_PATTERN: &str = r"^[^$]*$";
+/// A namespace's name: a DNS-1123 label.
+pub const DNS_LABEL_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+/// The characters Loki takes in a tenant ID (at most 150 of them, and never `.` or `..`).
+/// The ID is also a directory of the ruler's rule store, so no `/` may pass.
+pub const TENANT_ID_PATTERN: &str = r"^[a-zA-Z0-9!._*'()-]+$";
+pub const TENANT_ID_MAX_LEN: usize = 150;
 pub const SELECTOR_NO_DOLLAR_MSG: &str =
     "a stream selector may not contain $: Loki expands $ in its configuration from its environment (-config.expand-env), where the object store credentials are; remove it (LogQL regular expressions are anchored already)";
 pub const TENANT_NO_DOLLAR_MSG: &str =
@@ -535,6 +541,28 @@ pub struct RulesSpec {
     /// mode, only the watched namespaces are searched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
+    /// The tenants whose logs the rules of other namespaces than the stack's may read.
+    /// A rule names its tenant itself (`spec.tenantID`): without this, whoever may write
+    /// a rule in a namespace `namespaceSelector` picks would evaluate LogQL over any
+    /// tenant's logs and carry the results out in alerts and recorded series. Rules in
+    /// the stack's own namespace may name any tenant; a rule of another namespace whose
+    /// tenant no entry grants it is not loaded, and its status and the stack's say so.
+    /// Not in the Go Loki Operator, whose gateway decides tenancy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub allowed_tenants: Vec<RuleTenantGrant>,
+}
+
+/// The rules of these namespaces may name these tenants.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleTenantGrant {
+    /// Namespaces, by name.
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN)))]
+    pub namespaces: Vec<String>,
+    /// Tenant IDs, as rules name them in `spec.tenantID`.
+    #[schemars(length(min = 1, max = 100), inner(length(min = 1, max = TENANT_ID_MAX_LEN), regex(pattern = TENANT_ID_PATTERN)))]
+    pub tenants: Vec<String>,
 }
 
 /// The hash ring: Loki's ring members find each other over memberlist.

@@ -9,13 +9,15 @@
 
 use crate::caches::rules::RuleKind;
 use crate::intent::RuleFindings;
-use crate::model::api::LokiStack;
+use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::conditions::Reason;
 use crate::model::defaults::{RuleFile, RulerInput};
-use crate::observe::{PickedRule, PickedSpec, RulesObserved, Snapshot};
+use crate::observe::{PickedRule, PickedSpec, Snapshot};
 use crate::render::rules;
 use crate::ruler::api::RulerConfigSpec;
-use crate::ruler::check::{check_alerting_rule, check_recording_rule, check_ruler_config};
+use crate::ruler::check::{
+    check_alerting_rule, check_recording_rule, check_ruler_config, tenant_refusal,
+};
 use crate::ruler::names as rulernames;
 use crate::ruler::settings;
 
@@ -69,7 +71,7 @@ pub fn plan(stack: &LokiStack, snapshot: &Snapshot) -> (RulerInput, RuleFindings
     let files = spec
         .selector
         .is_some()
-        .then(|| rule_files(&snapshot.rules, &mut findings));
+        .then(|| rule_files(spec, snapshot, &mut findings));
     let config = ruler_config(snapshot, &mut findings);
     if let Some(hold) = config
         .as_ref()
@@ -82,7 +84,8 @@ pub fn plan(stack: &LokiStack, snapshot: &Snapshot) -> (RulerInput, RuleFindings
 
 /// The files of the picked rules that are valid; the others, and the rule kinds the
 /// server does not serve, go into the findings.
-fn rule_files(observed: &RulesObserved, findings: &mut RuleFindings) -> Vec<RuleFile> {
+fn rule_files(spec: &RulesSpec, snapshot: &Snapshot, findings: &mut RuleFindings) -> Vec<RuleFile> {
+    let observed = &snapshot.rules;
     for kind in observed
         .unserved
         .iter()
@@ -98,7 +101,17 @@ fn rule_files(observed: &RulesObserved, findings: &mut RuleFindings) -> Vec<Rule
         .picked
         .iter()
         .filter_map(|rule| match check(rule) {
-            Ok(file) => Some(file),
+            Ok(file) => {
+                match tenant_refusal(spec, &snapshot.namespace, &rule.namespace, &file.tenant) {
+                    None => Some(file),
+                    Some(why) => {
+                        findings
+                            .not_loaded
+                            .push(format!("{} ({why})", rule.label()));
+                        None
+                    }
+                }
+            }
             Err(errors) => {
                 findings
                     .not_loaded
@@ -186,7 +199,7 @@ fn remote_write_secret(config: &RulerConfigSpec, snapshot: &Snapshot) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::api::LokiStackSize;
+    use crate::model::api::{LokiStackSize, RuleTenantGrant};
     use crate::observe::{RulerSecretSeen, RulesObserved};
     use crate::testing::{stack, stack_spec};
     use serde_json::json;
@@ -298,6 +311,65 @@ mod tests {
                 && findings.not_loaded[0].contains("split its groups over several AlertingRules"),
             "{:?}",
             findings.not_loaded
+        );
+    }
+
+    /// A rule's tenant is its own field: picking a namespace does not let its rules read
+    /// every tenant's logs. Only the stack's namespace, and the grants of
+    /// `allowedTenants`, decide.
+    #[test]
+    fn a_rule_of_another_namespace_loads_only_for_a_tenant_granted_to_it() {
+        let mut s = ruled_stack(true);
+        let in_ns = |ns: &str, name: &str, tenant: &str| PickedRule {
+            namespace: ns.into(),
+            ..picked(
+                name,
+                json!({"tenantID": tenant, "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate({a=\"b\"}[5m])) > 1"}]}]}),
+            )
+        };
+        let snap = Snapshot {
+            namespace: "ns".into(),
+            name: "s".into(),
+            rules: RulesObserved {
+                picked: vec![
+                    in_ns("ns", "own", "billing"),
+                    in_ns("team-a", "mine", "team-a"),
+                    in_ns("team-a", "theirs", "billing"),
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let loaded = |s: &LokiStack| {
+            let (input, findings) = plan(s, &snap);
+            let keys: Vec<String> = input
+                .files
+                .unwrap_or_default()
+                .into_iter()
+                .map(|f| f.key)
+                .collect();
+            (keys, findings.not_loaded)
+        };
+        let (keys, refused) = loaded(&s);
+        assert_eq!(keys, ["ns-own-uid-own.yaml"]);
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(
+            refused[0].starts_with("AlertingRule team-a/mine (tenant \"team-a\" is not granted to the rules of namespace \"team-a\"")
+                && refused[0].contains("spec.rules.allowedTenants (namespaces: [team-a], tenants: [team-a])"),
+            "{refused:?}"
+        );
+        if let Some(rules) = s.spec.rules.as_mut() {
+            rules.allowed_tenants = vec![RuleTenantGrant {
+                namespaces: vec!["team-a".into()],
+                tenants: vec!["team-a".into()],
+            }];
+        }
+        let (keys, refused) = loaded(&s);
+        assert_eq!(keys, ["ns-own-uid-own.yaml", "team-a-mine-uid-mine.yaml"]);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0].starts_with("AlertingRule team-a/theirs (tenant \"billing\""),
+            "{refused:?}"
         );
     }
 

@@ -21,10 +21,7 @@ use serde::{Deserialize, Serialize};
 /// pattern, anchored (theirs matches any string and left the check to a webhook).
 pub const PROM_DURATION_PATTERN: &str =
     r"^((([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?|0)$";
-/// The characters Loki takes in a tenant ID (at most 150 of them, and never `.` or `..`).
-/// The ID is also a directory of the ruler's rule store, so no `/` may pass.
-pub const TENANT_ID_PATTERN: &str = r"^[a-zA-Z0-9!._*'()-]+$";
-pub const TENANT_ID_MAX_LEN: usize = 150;
+pub use crate::model::api::{TENANT_ID_MAX_LEN, TENANT_ID_PATTERN};
 pub const RULE_TENANT_NOT_DOTS: &str = "self.tenantID != '.' && self.tenantID != '..'";
 pub const RULE_TENANT_NOT_DOTS_MSG: &str =
     "tenantID may not be . or .., which Loki refuses as a tenant";

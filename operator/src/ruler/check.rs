@@ -59,6 +59,28 @@ pub fn selects(
     }
 }
 
+/// Why a stack does not load a rule it picks for its tenant, if it does not: a rule of
+/// another namespace than the stack's may name only a tenant `spec.rules.allowedTenants`
+/// grants its namespace. The stack's owner decides whose logs each namespace's rules may
+/// read; writing a rule there is not enough.
+pub fn tenant_refusal(
+    rules: &RulesSpec,
+    stack_namespace: &str,
+    rule_namespace: &str,
+    tenant: &str,
+) -> Option<String> {
+    let granted = rule_namespace == stack_namespace
+        || rules.allowed_tenants.iter().any(|g| {
+            g.namespaces.iter().any(|n| n == rule_namespace)
+                && g.tenants.iter().any(|t| t == tenant)
+        });
+    (!granted).then(|| {
+        format!(
+            "tenant {tenant:?} is not granted to the rules of namespace {rule_namespace:?}: the LokiStack's owner may allow it in spec.rules.allowedTenants (namespaces: [{rule_namespace}], tenants: [{tenant}])"
+        )
+    })
+}
+
 fn to_selector(s: &LabelSelector) -> Option<Selector> {
     Selector::try_from(s.clone()).ok()
 }
