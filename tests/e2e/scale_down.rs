@@ -132,9 +132,12 @@ async fn scale_down(env: &Env, fake: &FakeIngesters) -> Result<()> {
         Ok((ingester_replicas(env).await? == Some(3)).then_some(()))
     })
     .await?;
-    let leaving = event_message(env, "IngestersLeaving")
-        .await?
-        .context("no IngestersLeaving Event")?;
+    // The Event is published once the reconcile that shrank the StatefulSet reports,
+    // which may be just after the watch shows the new replica count.
+    let leaving = eventually("the IngestersLeaving Event", WAIT, || async {
+        event_message(env, "IngestersLeaving").await
+    })
+    .await?;
     for pod in [
         "shrink-ingester-3",
         "shrink-ingester-4",
