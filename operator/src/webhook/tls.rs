@@ -2,10 +2,18 @@
 //! Secret (or OLM's mounted files) change, so a rotation needs no restart and drops no
 //! connection.
 
-use std::sync::{Arc, RwLock};
+use std::collections::hash_map::{Entry, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use axum::body::{Body, HttpBody};
+use axum::extract::Request;
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
@@ -28,12 +36,36 @@ pub struct Limits {
     /// A client that opens a connection and never finishes the handshake is dropped.
     pub handshake: Duration,
     /// A request whose headers take longer is dropped (a slow client holding a slot).
+    /// hyper also counts the wait for the next request from the end of the last one, so
+    /// this is how long an idle keep-alive connection stays open. It is not shorter: a
+    /// silent client holds one of its own `per_peer` slots however short it is (it
+    /// reconnects), while the API server, whose idle connections live 90 s, would have
+    /// to make a new handshake for every review after a pause.
     pub header_read: Duration,
+    /// A request whose body has not all arrived this long after its headers is answered
+    /// 408 and its connection closed. The API server sends a review's body with its
+    /// headers, and waits for the answer at most 5 s (the disruption webhook's timeout):
+    /// a body later than that comes from no API server still waiting. Without it, a
+    /// client that sent headers and no body held its connection for good.
+    pub body_read: Duration,
+    /// A larger request body is answered 413 and its connection closed. A binding or
+    /// eviction review is a few KiB (the object, under 1 KiB, and who asks: a user name,
+    /// groups, extra); 128 KiB leaves room for a user of a thousand groups, and every
+    /// connection filling it at once (`connections` times) holds 32 MiB, well within the
+    /// operator's 256 MiB memory limit. axum's default (2 MiB per body) allowed 512 MiB.
+    pub body_bytes: usize,
     /// A connection is closed after this long, between two requests (the API server
-    /// opens a new one); it bounds an idle keep-alive connection.
+    /// opens a new one).
     pub max_age: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub connections: usize,
+    /// Connections one client address may hold at once; one more is closed at once,
+    /// never queued, so a single client cannot take every slot. The API server keeps a
+    /// few keep-alive connections to a webhook (at most 25 idle) and opens more only for
+    /// reviews made at the same moment, each answered in milliseconds; 64 leaves it room
+    /// even when several API servers reach us through one address (a konnectivity agent),
+    /// and a client needs four addresses to hold all of `connections`.
+    pub per_peer: usize,
     /// On shutdown, how long the reviews under way may take to be answered.
     pub drain: Duration,
 }
@@ -41,8 +73,12 @@ pub struct Limits {
 pub const LIMITS: Limits = Limits {
     handshake: Duration::from_secs(10),
     header_read: Duration::from_secs(10),
+    // The longest timeout of our webhooks (registration::DISRUPTION_TIMEOUT_SECONDS).
+    body_read: Duration::from_secs(5),
+    body_bytes: 128 * 1024,
     max_age: Duration::from_secs(300),
     connections: 256,
+    per_peer: 64,
     // The API server gives up on a review after at most 5 s (the disruption webhook's
     // timeout): an answer later than that reaches nobody.
     drain: Duration::from_secs(5),
@@ -105,6 +141,71 @@ pub fn server_config(slot: Arc<CertSlot>) -> Result<ServerConfig, TlsError> {
     Ok(config)
 }
 
+/// How many connections each client address holds.
+#[derive(Debug, Default)]
+struct Peers(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection of `ip`, given back when dropped.
+struct PeerSlot {
+    peers: Arc<Peers>,
+    ip: IpAddr,
+}
+
+impl Peers {
+    /// A slot for one more connection of `ip`, unless it holds `cap` already.
+    fn take(self: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<PeerSlot> {
+        // A poisoned lock only means a holder panicked between two whole updates.
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = held.entry(ip).or_default();
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut held = self.peers.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Entry::Occupied(mut n) = held.entry(self.ip) {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
+    }
+}
+
+/// Reads the whole body of `req` before `next` sees it, within `limits.body_read` and
+/// `limits.body_bytes`; else answers 408 or 413 and closes the connection (the rest of
+/// the body is never read).
+async fn bounded_body(limits: Limits, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    if body.size_hint().lower() > limits.body_bytes as u64 {
+        return closing(StatusCode::PAYLOAD_TOO_LARGE);
+    }
+    let read = Limited::new(body, limits.body_bytes).collect();
+    match tokio::time::timeout(limits.body_read, read).await {
+        Ok(Ok(body)) => {
+            next.run(Request::from_parts(parts, Body::from(body.to_bytes())))
+                .await
+        }
+        Ok(Err(e)) if e.is::<LengthLimitError>() => closing(StatusCode::PAYLOAD_TOO_LARGE),
+        // The client broke off: nobody reads the answer.
+        Ok(Err(_)) => closing(StatusCode::BAD_REQUEST),
+        Err(_) => closing(StatusCode::REQUEST_TIMEOUT),
+    }
+}
+
+/// An empty answer of `status`, after which hyper closes the connection.
+fn closing(status: StatusCode) -> Response {
+    (status, [(header::CONNECTION, "close")]).into_response()
+}
+
 /// Serves `router` over TLS on `listener`, within `limits`, until `stop`: then it
 /// accepts no more connections (the listener closes, so new ones are refused), closes
 /// the idle ones, lets each review under way be answered and returns once every
@@ -120,7 +221,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let config = server_config(slot).map_err(std::io::Error::other)?;
     let acceptor = TlsAcceptor::from(Arc::new(config));
+    let router = router.layer(middleware::from_fn(move |req, next| {
+        bounded_body(limits, req, next)
+    }));
     let slots = Arc::new(Semaphore::new(limits.connections));
+    let peers = Arc::new(Peers::default());
     let connections = TaskTracker::new();
     loop {
         // Waiting for a free slot leaves new connections in the kernel's backlog.
@@ -144,10 +249,16 @@ pub async fn serve(
                 continue;
             }
         };
+        // A client over its cap is closed at once, before the handshake, never queued;
+        // the slot goes to the next connection.
+        let Some(peer_slot) = peers.take(peer.ip().to_canonical(), limits.per_peer) else {
+            debug!(%peer, "connection refused: the client holds {} already", limits.per_peer);
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let (acceptor, router, stop) = (acceptor.clone(), router.clone(), stop.clone());
         connections.spawn(async move {
-            let _permit = permit;
+            let _permits = (permit, peer_slot);
             let tls = match tokio::time::timeout(limits.handshake, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
@@ -194,7 +305,13 @@ pub async fn serve(
 mod tests {
     use super::*;
     use crate::webhook::certs::{carry_out, CertAction, Certs, LIFETIMES};
+    use crate::webhook::registration::DISRUPTION_TIMEOUT_SECONDS;
+    use crate::webhook::review::{reply, request};
+    use axum::body::Bytes;
+    use kube::core::admission::AdmissionResponse;
+    use kube::core::DynamicObject;
     use rustls_pki_types::ServerName;
+    use std::net::Ipv4Addr;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio_rustls::rustls::{ClientConfig, RootCertStore};
     use tokio_rustls::TlsConnector;
@@ -319,6 +436,26 @@ mod tests {
         addr: std::net::SocketAddr,
         ca_bundle: &str,
     ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        connect_from(Ipv4Addr::LOCALHOST, addr, ca_bundle).await
+    }
+
+    /// A TCP connection to `addr` from the address `from` (another client: Linux routes
+    /// all of 127.0.0.0/8 to the loopback).
+    async fn tcp_from(
+        from: Ipv4Addr,
+        addr: std::net::SocketAddr,
+    ) -> std::io::Result<tokio::net::TcpStream> {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind((from, 0).into())?;
+        socket.connect(addr).await
+    }
+
+    /// A TLS client of `addr` from the address `from`, trusting `ca_bundle`.
+    async fn connect_from(
+        from: Ipv4Addr,
+        addr: std::net::SocketAddr,
+        ca_bundle: &str,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
         let mut roots = RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
             roots.add(c.expect("pem")).expect("root");
@@ -328,7 +465,7 @@ mod tests {
             .expect("versions")
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let tcp = tcp_from(from, addr).await?;
         let name = ServerName::try_from("127.0.0.1").expect("name");
         TlsConnector::from(Arc::new(client))
             .connect(name, tcp)
@@ -361,8 +498,11 @@ mod tests {
         let limits = Limits {
             handshake: Duration::from_secs(5),
             header_read: Duration::from_millis(300),
+            body_read: Duration::from_secs(5),
+            body_bytes: 1024,
             max_age: Duration::from_secs(60),
             connections: 1,
+            per_peer: 1,
             drain: Duration::from_secs(1),
         };
         let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
@@ -493,5 +633,272 @@ mod tests {
             .expect("the server returns once the review is answered")
             .expect("task")
             .expect("served");
+    }
+
+    /// Another client's address than the API server's (127.0.0.1).
+    const OTHER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+
+    /// Answers an AdmissionReview of any kind: allowed.
+    async fn allow(body: Bytes) -> Response {
+        match request::<DynamicObject>(&body) {
+            Ok(req) => reply(AdmissionResponse::from(&req)),
+            Err(r) => *r,
+        }
+    }
+
+    /// An eviction's AdmissionReview, as the API server posts it, with its headers.
+    fn eviction_review() -> Vec<u8> {
+        let body = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "7c2b3c3e-0b5e-4d4e-9d59-1f0a6f0e2a11",
+                "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "subResource": "eviction",
+                "name": "logs-ingester-zone-a-0",
+                "namespace": "loki",
+                "operation": "CREATE",
+                "userInfo": {"username": "admin", "groups": ["system:masters"]},
+                "object": {
+                    "apiVersion": "policy/v1",
+                    "kind": "Eviction",
+                    "metadata": {"name": "logs-ingester-zone-a-0", "namespace": "loki"}
+                },
+                "dryRun": false
+            }
+        })
+        .to_string();
+        let mut review = format!(
+            "POST /review HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        review.extend_from_slice(body.as_bytes());
+        review
+    }
+
+    /// One client holds every connection it can, silent ones and ones that sent a
+    /// review's headers but never its body (as many as the whole server would take, and
+    /// more): a review from the API server is still answered well within the eviction
+    /// webhook's timeout. Before the per-client cap and the body timeout, those
+    /// connections held every slot for good, and the review was never answered.
+    #[tokio::test]
+    async fn reviews_are_answered_in_time_while_a_client_holds_slow_connections() {
+        let (certs, slot, listener, addr) = serving().await;
+        let limits = Limits {
+            connections: 8,
+            per_peer: 4,
+            ..LIMITS
+        };
+        let router = Router::new().route("/review", axum::routing::post(allow));
+        let server = tokio::spawn(serve(
+            listener,
+            slot,
+            router,
+            limits,
+            CancellationToken::new(),
+        ));
+        let bundle = certs.ca_bundle();
+        // Connections that never begin the TLS handshake.
+        let mut silent = Vec::new();
+        for _ in 0..2 {
+            silent.push(tcp_from(OTHER, addr).await.expect("connect"));
+        }
+        // Headers, and never the body they announce.
+        let mut stalled = Vec::new();
+        for _ in 0..limits.connections + 2 {
+            let Ok(Ok(mut c)) = tokio::time::timeout(
+                Duration::from_millis(300),
+                connect_from(OTHER, addr, &bundle),
+            )
+            .await
+            else {
+                continue;
+            };
+            c.write_all(b"POST /review HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n{")
+                .await
+                .expect("write");
+            stalled.push(c);
+        }
+        let webhook_timeout = Duration::from_secs(DISRUPTION_TIMEOUT_SECONDS.unsigned_abs().into());
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(webhook_timeout, async {
+            let mut c = connect(addr, &bundle).await?;
+            c.write_all(&eviction_review()).await?;
+            std::io::Result::Ok(response(&mut c).await)
+        })
+        .await;
+        let took = started.elapsed();
+        let answer = match answer {
+            Ok(Ok(a)) => a,
+            other => panic!("the review was not answered within {webhook_timeout:?}: {other:?}"),
+        };
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.contains(r#""allowed":true"#),
+            "{answer}"
+        );
+        // Well within: the handshake and the answer take milliseconds.
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+        assert_eq!(
+            silent.len() + stalled.len(),
+            limits.per_peer,
+            "the other client holds more than its share"
+        );
+        server.abort();
+    }
+
+    /// A request whose body stops coming is answered 408 once `body_read` has passed,
+    /// and its connection closed.
+    #[tokio::test]
+    async fn a_body_that_stalls_is_answered_408_and_its_connection_closed() {
+        let (certs, slot, listener, addr) = serving().await;
+        let limits = Limits {
+            body_read: Duration::from_millis(300),
+            ..LIMITS
+        };
+        let router = Router::new().route("/review", axum::routing::post(allow));
+        let server = tokio::spawn(serve(
+            listener,
+            slot,
+            router,
+            limits,
+            CancellationToken::new(),
+        ));
+        let mut c = connect(addr, &certs.ca_bundle()).await.expect("client");
+        let started = std::time::Instant::now();
+        c.write_all(
+            b"POST /review HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"apiVersion\"",
+        )
+        .await
+        .expect("write");
+        let answer = tokio::time::timeout(Duration::from_secs(3), response(&mut c))
+            .await
+            .expect("answered");
+        let took = started.elapsed();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_secs(2),
+            "answered after {took:?}"
+        );
+        let mut buf = [0u8; 16];
+        let closed = tokio::time::timeout(Duration::from_secs(1), c.read(&mut buf)).await;
+        assert!(
+            matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+            "the connection stays open: {closed:?}"
+        );
+        server.abort();
+    }
+
+    /// A body larger than `body_bytes` is answered 413, at once when its length says so,
+    /// and when it is sent in chunks once it has gone past the limit; a review within the
+    /// limit is answered.
+    #[tokio::test]
+    async fn a_body_over_the_limit_is_answered_413() {
+        let (certs, slot, listener, addr) = serving().await;
+        let review = eviction_review();
+        let limits = Limits {
+            body_bytes: 1024,
+            ..LIMITS
+        };
+        assert!(review.len() < limits.body_bytes, "the review fits");
+        let router = Router::new().route("/review", axum::routing::post(allow));
+        let server = tokio::spawn(serve(
+            listener,
+            slot,
+            router,
+            limits,
+            CancellationToken::new(),
+        ));
+        let bundle = certs.ca_bundle();
+        let mut c = connect(addr, &bundle).await.expect("client");
+        c.write_all(b"POST /review HTTP/1.1\r\nhost: x\r\ncontent-length: 1025\r\n\r\n")
+            .await
+            .expect("write");
+        let answer = tokio::time::timeout(Duration::from_secs(1), response(&mut c))
+            .await
+            .expect("answered before any of the body");
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        let mut c = connect(addr, &bundle).await.expect("client");
+        c.write_all(b"POST /review HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .expect("write");
+        let chunk = format!("200\r\n{}\r\n", "x".repeat(0x200));
+        for _ in 0..3 {
+            if c.write_all(chunk.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(1), response(&mut c))
+            .await
+            .expect("answered");
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        let mut c = connect(addr, &bundle).await.expect("client");
+        c.write_all(&review).await.expect("write");
+        let answer = response(&mut c).await;
+        assert!(answer.contains(r#""allowed":true"#), "{answer}");
+        server.abort();
+    }
+
+    /// A client holding `per_peer` connections has its next one closed at once, not
+    /// queued, while another client is served; once it closes one, it may open one again.
+    #[tokio::test]
+    async fn connections_over_the_per_client_cap_are_closed_at_once() {
+        let (certs, slot, listener, addr) = serving().await;
+        let limits = Limits {
+            connections: 8,
+            per_peer: 2,
+            ..LIMITS
+        };
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let server = tokio::spawn(serve(
+            listener,
+            slot,
+            router,
+            limits,
+            CancellationToken::new(),
+        ));
+        let bundle = certs.ca_bundle();
+        let mut held = Vec::new();
+        for _ in 0..limits.per_peer {
+            held.push(
+                connect_from(OTHER, addr, &bundle)
+                    .await
+                    .expect("within the cap"),
+            );
+        }
+        let started = std::time::Instant::now();
+        let over =
+            tokio::time::timeout(Duration::from_secs(2), connect_from(OTHER, addr, &bundle)).await;
+        assert!(matches!(over, Ok(Err(_))), "over the cap: {over:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "closed after {:?}",
+            started.elapsed()
+        );
+        let mut c = connect(addr, &bundle).await.expect("another client");
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        assert!(response(&mut c).await.ends_with("ok"));
+        drop(held.pop());
+        let mut again = None;
+        for _ in 0..20 {
+            if let Ok(c) = connect_from(OTHER, addr, &bundle).await {
+                again = Some(c);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut c = again.expect("a slot given back is free again");
+        c.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        assert!(response(&mut c).await.ends_with("ok"));
+        server.abort();
     }
 }
