@@ -15,7 +15,10 @@
 //!    loop (same concurrency) against the same API server.
 //! 2. Memory: resident set of the operator (webhooks on, as deployed) with one
 //!    zone-aware stack, then after 1,000 more nodes and 20,000 unrelated pods.
-//!    `bench memory` runs this section alone.
+//!    Then (2b) with one stack with rules enabled, after 1,000 AlertingRules of 100 KB
+//!    that no stack picks (any namespace's editor can create them), and the peak of a
+//!    replica started beside them. `bench memory` runs this section alone, `bench
+//!    rules` 2b alone.
 //! 3. Idle API cost: requests by verb over ten resync periods with nothing changing, from
 //!    the API server's audit log filtered on the operator's ServiceAccount.
 //! 4. Apply time: from creating a LokiStack to all its children existing, over 20 stacks.
@@ -253,7 +256,9 @@ async fn run() -> Result<Vec<Row>> {
     let memory_only = std::env::args().nth(1).as_deref() == Some("memory");
     // `bench annotator` runs section 1 alone.
     let annotator_only = std::env::args().nth(1).as_deref() == Some("annotator");
-    if !memory_only {
+    // `bench rules` runs section 2b alone (also against any operator binary).
+    let rules_only = std::env::args().nth(1).as_deref() == Some("rules");
+    if !memory_only && !rules_only {
         // 1a. Zone at bind: the webhook path.
         println!("1. bind -> zoned, {PODS} pods over 30 nodes in 3 zones");
         let hook = webhook_path(&admin, &cp).await?;
@@ -676,6 +681,12 @@ async fn run() -> Result<Vec<Row>> {
         );
     }
 
+    if rules_only {
+        op.stop();
+        rules_memory(&admin, &op_kubeconfig, &cp, &resync, &mut rows).await?;
+        return Ok(rows);
+    }
+
     // 2. Memory: a fresh operator with one zone-aware stack, then more nodes and pods.
     println!("2. memory");
     op.stop();
@@ -797,6 +808,7 @@ async fn run() -> Result<Vec<Row>> {
         Some(growth <= 5 * 1024),
     );
     op.stop();
+    rules_memory(&admin, &op_kubeconfig, &cp, &resync, &mut rows).await?;
     if !memory_only {
         // 6. Scale, on a control plane of its own: this one stops first.
         drop((_sim, cp));
@@ -1269,5 +1281,209 @@ async fn rollout_rows(admin: &Client, rows: &mut Vec<Row>) -> Result<()> {
         "1",
         Some(most == 1),
     );
+    Ok(())
+}
+
+/// AlertingRules of section 2b, none of which a stack picks.
+const UNPICKED_RULES: usize = 1_000;
+/// The size of each, as stored (JSON).
+const RULE_BYTES: usize = 100_000;
+
+fn rule_resource() -> kube::api::ApiResource {
+    let gvk = kube::api::GroupVersionKind::gvk("loki.grafana.com", "v1", "AlertingRule");
+    kube::api::ApiResource::from_gvk_with_plural(&gvk, "alertingrules")
+}
+
+/// An AlertingRule of `alerts` alerts in one group, as a team that keeps its alerts in
+/// one object writes it; `threshold` goes into every expression.
+fn alerting_rule(
+    name: &str,
+    labels: Value,
+    alerts: usize,
+    threshold: usize,
+) -> Result<DynamicObject> {
+    let rules: Vec<Value> = (0..alerts)
+        .map(|i| {
+            json!({
+                "alert": format!("HighErrorRate{i}"),
+                "expr": format!("sum by (app) (rate({{namespace=\"team\", app=\"service-{i}\"}} |= \"error\" [5m])) > {threshold}"),
+                "for": "5m",
+                "labels": {"severity": "warning", "team": "bench"},
+                "annotations": {"summary": format!("service-{i} logs more than {threshold} errors a second"), "runbook": "https://runbooks.example.com/high-error-rate"},
+            })
+        })
+        .collect();
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "loki.grafana.com/v1", "kind": "AlertingRule",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"tenantID": "application", "groups": [{"name": "errors", "rules": rules}]},
+    }))?)
+}
+
+/// How many alerts make an AlertingRule of [`RULE_BYTES`].
+fn alerts_for_rule_bytes() -> Result<usize> {
+    let one = serde_json::to_vec(&alerting_rule("r", json!({}), 1, 1)?)?.len();
+    let two = serde_json::to_vec(&alerting_rule("r", json!({}), 2, 1)?)?.len();
+    Ok((RULE_BYTES - one) / (two - one) + 1)
+}
+
+/// Waits until the marker rule's `Ready` condition is `Selected` for its `generation`.
+async fn wait_marker(rules: &Api<DynamicObject>, generation: i64) -> Result<()> {
+    eventually(
+        "the marker rule's status at its generation",
+        Duration::from_secs(300),
+        || async {
+            let r = rules.get("marker").await?;
+            let seen = r.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| {
+                    c["type"] == "Ready"
+                        && c["reason"] == "Selected"
+                        && c["observedGeneration"] == generation
+                });
+            Ok(seen.then_some(()))
+        },
+    )
+    .await
+}
+
+/// Section 2b: a fresh operator with one stack whose ruler picks rules by label (and one
+/// small rule it picks, the marker), then [`UNPICKED_RULES`] AlertingRules of
+/// [`RULE_BYTES`] in a namespace the stack does not pick (what any namespace's editor can
+/// create), then an edit of the marker: once the marker's status names its new
+/// generation, the operator's watch of AlertingRules has passed every rule created
+/// before it.
+async fn rules_memory(
+    admin: &Client,
+    op_kubeconfig: &std::path::Path,
+    cp: &ControlPlane,
+    resync: &str,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    println!(
+        "2b. memory: {UNPICKED_RULES} AlertingRules of {} KB no stack picks",
+        RULE_BYTES / 1000
+    );
+    let (ns, unpicked) = ("bench-rules", "bench-rules-unpicked");
+    namespace_with_storage_secret(admin, ns).await?;
+    Api::<Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": unpicked}}))?,
+        )
+        .await?;
+    let mut ruled = stack("ruled", "1x.demo", false)?;
+    ruled.spec.rules = Some(serde_json::from_value(
+        json!({"enabled": true, "selector": {"matchLabels": {"bench": "picked"}}}),
+    )?);
+    let stacks: Api<LokiStack> = Api::namespaced(admin.clone(), ns);
+    stacks.create(&PostParams::default(), &ruled).await?;
+    let picked: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &rule_resource());
+    let marker = alerting_rule("marker", json!({"bench": "picked"}), 1, 1)?;
+    picked.create(&PostParams::default(), &marker).await?;
+    let mut op = Operator::start(op_kubeconfig, &cp.dir, &["--resync", resync])?;
+    op.wait_ready(Duration::from_secs(60)).await?;
+    wait_marker(&picked, 1).await?;
+    eventually(
+        "the stack with rules Ready",
+        Duration::from_secs(180),
+        || async {
+            let s = stacks.get("ruled").await?;
+            Ok(s.status
+                .is_some_and(|st| {
+                    st.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pid = op.pid().context("operator pid")?;
+    let base = rss_kib(pid)?;
+    let alerts = alerts_for_rule_bytes()?;
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), unpicked, &rule_resource());
+    let created = Instant::now();
+    let results = stream::iter(0..UNPICKED_RULES)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let r = alerting_rule(&format!("unpicked-{i}"), json!({}), alerts, i)?;
+                api.create(&PostParams::default(), &r).await?;
+                Ok::<(), anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await;
+    results.into_iter().collect::<Result<Vec<_>>>()?;
+    println!(
+        "  created {UNPICKED_RULES} AlertingRules of {} KB in {:.0?}",
+        RULE_BYTES / 1000,
+        created.elapsed()
+    );
+    // The marker's new generation comes after every rule above in the watch.
+    let edited = alerting_rule("marker", json!({"bench": "picked"}), 1, 2)?;
+    picked
+        .patch(
+            "marker",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": edited.data["spec"]})),
+        )
+        .await?;
+    wait_marker(&picked, 2).await?;
+    println!(
+        "  the operator saw the last of them {:.0?} after the first was created",
+        created.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let after = rss_kib(pid)?;
+    let peak = peak_rss_kib(pid)?;
+    let growth = after.saturating_sub(base);
+    row(
+        rows,
+        "RSS, one stack with rules",
+        format!("{:.1} MiB", base as f64 / 1024.0),
+        "≤ 40 MiB",
+        Some(base <= 40 * 1024),
+    );
+    row(
+        rows,
+        &format!(
+            "RSS after +{UNPICKED_RULES} unpicked AlertingRules of {} KB",
+            RULE_BYTES / 1000
+        ),
+        format!(
+            "{:.1} MiB (+{:.1} MiB; peak {:.1} MiB)",
+            after as f64 / 1024.0,
+            growth as f64 / 1024.0,
+            peak as f64 / 1024.0
+        ),
+        "≤ 5 MiB growth",
+        Some(growth <= 5 * 1024),
+    );
+    // A replica started beside them (after a crash, or as the new leader's standby)
+    // lists them: the most it holds while it does.
+    op.stop();
+    let mut op = Operator::start(op_kubeconfig, &cp.dir, &["--resync", resync])?;
+    op.wait_ready(Duration::from_secs(120)).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pid = op.pid().context("operator pid")?;
+    let (now, peak) = (rss_kib(pid)?, peak_rss_kib(pid)?);
+    row(
+        rows,
+        "RSS of an operator started beside them (peak)",
+        format!(
+            "{:.1} MiB (peak {:.1} MiB)",
+            now as f64 / 1024.0,
+            peak as f64 / 1024.0
+        ),
+        "peak ≤ 40 MiB",
+        Some(peak <= 40 * 1024),
+    );
+    op.stop();
     Ok(())
 }

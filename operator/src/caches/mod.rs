@@ -6,6 +6,8 @@ pub mod coverage;
 pub mod index;
 pub mod keep;
 pub mod reflectors;
+pub mod rule_bodies;
+pub mod rule_kinds;
 pub mod rules;
 pub mod scope;
 pub mod secrets;

@@ -32,7 +32,9 @@ use crate::caches::index::{self, Index, KeyOf, StackKey};
 use crate::caches::keep::{
     node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
 };
+use crate::caches::rule_bodies::Bodies;
 use crate::caches::rules::{self as rule_caches, RuleCaches, RuleKind};
+pub use crate::caches::scope::synced;
 use crate::caches::scope::{self, Scope};
 use crate::caches::secrets::SecretReader;
 use crate::caches::stacks::{is_zone_aware as is_stack_zone_aware, resource, stack_ref, StackRef};
@@ -205,28 +207,7 @@ impl Caches {
         if let Some(ns) = &self.rules.namespaces {
             ok &= synced("namespaces", ns).await;
         }
-        ok
-    }
-}
-
-/// Waits for a store's first full list. kube-runtime's readiness signal wakes only one
-/// waiter, and the controller's runner already waits on the LokiStack store, so this
-/// polls again every 200 ms rather than relying on being woken.
-pub async fn synced<K>(name: &str, store: &Store<K>) -> bool
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone,
-{
-    loop {
-        if let Ok(result) = tokio::time::timeout(
-            std::time::Duration::from_millis(200),
-            store.wait_until_ready(),
-        )
-        .await
-        {
-            tracing::debug!(cache = name, ok = result.is_ok(), "cache synced");
-            return result.is_ok();
-        }
+        ok && self.rules.bodies_read().await
     }
 }
 
@@ -297,7 +278,10 @@ pub struct Sources<'a> {
 /// and classes cluster-wide (read-only). The tasks run until the process ends.
 pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
     let (client, scope) = (src.client, src.scope);
-    let (stacks, stack_task) = watch_stacks(client, scope, taps);
+    // Woken by a stack's `spec.rules` changing: what the stacks pick, whose bodies it
+    // holds (`rule_bodies.rs`).
+    let rule_bodies = Bodies::default();
+    let (stacks, stack_task) = watch_stacks(client, scope, rule_bodies.clone(), taps);
     let (nodes, _, node_task) = watch_nodes(client, stacks.clone(), taps);
     let (storage_classes, _, class_task) = watch_storage_classes(client, stacks.clone(), taps);
     let (volumes, volumes_by_ns, volume_task) = watch_volumes(client, stacks.clone(), taps);
@@ -317,8 +301,14 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
     ];
     let (children, child_tasks) = watch_every_child_kind(&src, taps);
     tasks.extend(child_tasks);
-    let (rules, rule_tasks) =
-        rule_caches::start(client, scope, src.rule_kinds, stacks.clone(), taps);
+    let (rules, rule_tasks) = rule_caches::start(
+        client,
+        scope,
+        src.rule_kinds,
+        stacks.clone(),
+        rule_bodies,
+        taps,
+    );
     tasks.extend(rule_tasks);
     let secret_reader = SecretReader::new(client.clone());
     let caches = Caches {
@@ -373,6 +363,7 @@ fn watch_every_child_kind(
 fn watch_stacks(
     client: &Client,
     scope: &Scope,
+    rule_bodies: Bodies,
     taps: &Taps,
 ) -> (Store<DynamicObject>, JoinHandle<()>) {
     let api_resource = resource();
@@ -404,6 +395,7 @@ fn watch_stacks(
                     if rules_seen.get(&key) != Some(&rules) {
                         rules_seen.insert(key, rules);
                         rules_tap.send(());
+                        rule_bodies.wake();
                     }
                     tap.send(ObjectRef::from_obj_with(&s, resource()));
                 }
@@ -413,6 +405,7 @@ fn watch_stacks(
                         .is_some()
                     {
                         rules_tap.send(());
+                        rule_bodies.wake();
                     }
                 }
                 Ok(_) => {}

@@ -339,6 +339,27 @@ where
         .chain(std::iter::once(event))
 }
 
+/// Waits for a store's first full list. kube-runtime's readiness signal wakes only one
+/// waiter, and the controller's runner already waits on the LokiStack store, so this
+/// polls again every 200 ms rather than relying on being woken.
+pub async fn synced<K>(name: &str, store: &Store<K>) -> bool
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    loop {
+        if let Ok(result) = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            store.wait_until_ready(),
+        )
+        .await
+        {
+            tracing::debug!(cache = name, ok = result.is_ok(), "cache synced");
+            return result.is_ok();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,7 +94,34 @@ pub struct RulesObserved {
     pub remote_write_secret: Option<RulerSecretSeen>,
     /// Rule kinds the API server does not serve.
     pub unserved: Vec<RuleKind>,
+    /// The objects the stack picks whose body has not been read yet (`rule_bodies.rs`),
+    /// even after a short wait ([`BODY_WAIT`]): not in `picked`, nor, for its
+    /// RulerConfig, in `ruler_config`. Empty unless a read failed or is slow (a stack
+    /// that starts picking hundreds of objects at once); a body that arrives re-runs
+    /// the stack. Whatever the ruler loaded of them before is not known to this
+    /// snapshot: the plan must not take their absence for their deletion.
+    pub pending: Vec<PendingRule>,
 }
+
+/// An object a stack picks whose body is not held yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRule {
+    pub kind: RuleKind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl PendingRule {
+    /// `AlertingRule ns/name`, as messages name it.
+    pub fn label(&self) -> String {
+        format!("{} {}/{}", self.kind.kind(), self.namespace, self.name)
+    }
+}
+
+/// How long a reconcile waits for the bodies of objects its stack picks that are not
+/// read yet (a stack that just started picking them, a leader that just started).
+pub const BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Of the remote-write Secret a RulerConfig names, what the plan needs: never its values.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -192,7 +219,7 @@ pub async fn observe(
     let disruptions_by_zone = disruptions_by_zone(coverage, stack, &namespace).await;
     let storage_ca_keys = storage_ca_keys(client, stack, &namespace).await?;
     let picked = match stack.spec.rules.as_ref().filter(|r| r.enabled) {
-        Some(spec) => observe_rules(caches, spec, &namespace, &name),
+        Some(spec) => observe_rules(caches, spec, &namespace, &name).await,
         None => RulesObserved::default(),
     };
     let rules = RulesObserved {
@@ -340,35 +367,83 @@ fn pod_nodes(caches: &Caches, pods: &[Arc<Pod>]) -> HashMap<String, Arc<Node>> {
         .collect()
 }
 
-/// The rules `spec` picks, and the stack's RulerConfig, from the caches.
-fn observe_rules(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str) -> RulesObserved {
+/// The rules `spec` picks, and the stack's RulerConfig: picked by their metadata, read
+/// from the bodies held. Waits up to [`BODY_WAIT`] for bodies not held yet.
+async fn observe_rules(
+    caches: &Caches,
+    spec: &RulesSpec,
+    namespace: &str,
+    name: &str,
+) -> RulesObserved {
+    // Subscribed before looking, so that a body that arrives in between wakes the wait.
+    let mut arrived = caches.rules.bodies.subscribe();
+    let deadline = tokio::time::Instant::now() + BODY_WAIT;
+    loop {
+        let observed = rules_now(caches, spec, namespace, name);
+        if observed.pending.is_empty() {
+            return observed;
+        }
+        let wait = tokio::time::timeout_at(deadline, arrived.changed()).await;
+        if !matches!(wait, Ok(Ok(()))) {
+            let pending: Vec<String> = observed.pending.iter().map(PendingRule::label).collect();
+            tracing::info!(
+                namespace,
+                stack = name,
+                ?pending,
+                "picked objects not read yet; they are not loaded in this reconcile"
+            );
+            return observed;
+        }
+    }
+}
+
+/// [`observe_rules`] of the caches as they are now.
+fn rules_now(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str) -> RulesObserved {
     let rc = &caches.rules;
     let mut picked = Vec::new();
+    let mut pending = Vec::new();
+    let mut pend = |kind: RuleKind, m: &ObjectMeta| {
+        pending.push(PendingRule {
+            kind,
+            namespace: m.namespace.clone().unwrap_or_default(),
+            name: m.name.clone().unwrap_or_default(),
+            uid: m.uid.clone().unwrap_or_default(),
+        })
+    };
     for kind in [RuleKind::AlertingRule, RuleKind::RecordingRule] {
         let Some(store) = rc.store(kind) else {
             continue;
         };
-        for obj in store.state() {
-            let rule_ns = obj.namespace().unwrap_or_default();
+        for meta in store.state() {
+            let rule_ns = meta.namespace().unwrap_or_default();
             let ns_labels = rc.namespace_labels(&rule_ns);
-            if !selects(spec, namespace, &rule_ns, obj.labels(), ns_labels.as_ref()) {
+            if !selects(spec, namespace, &rule_ns, meta.labels(), ns_labels.as_ref()) {
                 continue;
             }
-            picked.push(PickedRule::from_object(kind, &obj));
+            match rc.bodies.body(kind, &meta.metadata) {
+                Some(body) => picked.push(PickedRule::from_object(kind, &body)),
+                None => pend(kind, &meta.metadata),
+            }
         }
     }
     picked.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
-    let ruler_config = rc
-        .store(RuleKind::RulerConfig)
-        .and_then(|s| {
-            s.get(&ObjectRef::new_with(name, RuleKind::RulerConfig.resource()).within(namespace))
-        })
-        .map(|obj| decode_rule::<RulerConfig>(&obj).map(|c| c.spec));
+    let ruler_config = match rc.meta(RuleKind::RulerConfig, namespace, name) {
+        None => None,
+        Some(meta) => match rc.bodies.body(RuleKind::RulerConfig, &meta.metadata) {
+            Some(body) => Some(decode_rule::<RulerConfig>(&body).map(|c| c.spec)),
+            None => {
+                pend(RuleKind::RulerConfig, &meta.metadata);
+                None
+            }
+        },
+    };
+    pending.sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
     RulesObserved {
         picked,
         ruler_config,
         remote_write_secret: None,
         unserved: rc.unserved(),
+        pending,
     }
 }
 
@@ -518,6 +593,77 @@ fn owned_statefulsets(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::caches::rule_bodies::RuleFeeds;
+    use crate::caches::taps::Taps;
+    use crate::render::ServerCapabilities;
+    use crate::testing::cluster::FakeCluster;
+    use serde_json::json;
+
+    /// A stack `ns/s` picking rules labelled `pick: yes`, an AlertingRule it picks and its
+    /// RulerConfig, in the caches as metadata; no body read yet.
+    fn picking() -> (FakeCluster, Caches, RulesSpec) {
+        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let (mut feeds, rules) = RuleFeeds::new();
+        let mut caches = fake.caches.clone();
+        caches.rules = rules;
+        let spec = json!({"enabled": true, "selector": {"matchLabels": {"pick": "yes"}}});
+        fake.put(json!({
+            "apiVersion": "loki.grafana.com/v1", "kind": "LokiStack",
+            "metadata": {"name": "s", "namespace": "ns"}, "spec": {"rules": spec},
+        }));
+        fake.put(json!({
+            "apiVersion": "loki.grafana.com/v1", "kind": "AlertingRule",
+            "metadata": {"name": "r", "namespace": "ns", "labels": {"pick": "yes"}},
+            "spec": {"tenantID": "t", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "1"}]}]},
+        }));
+        fake.put(json!({
+            "apiVersion": "loki.grafana.com/v1", "kind": "RulerConfig",
+            "metadata": {"name": "s", "namespace": "ns"},
+            "spec": {"evaluationInterval": "1m"},
+        }));
+        feeds.sync(&fake, RuleKind::AlertingRule, "ns", "r");
+        feeds.sync(&fake, RuleKind::RulerConfig, "ns", "s");
+        let spec = serde_json::from_value(spec).expect("rules");
+        (fake, caches, spec)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_picked_object_not_read_yet_is_waited_for_briefly_then_said_pending() {
+        let (_fake, caches, spec) = picking();
+        let started = tokio::time::Instant::now();
+        let observed = observe_rules(&caches, &spec, "ns", "s").await;
+        assert_eq!(started.elapsed(), BODY_WAIT);
+        assert!(observed.picked.is_empty());
+        assert!(observed.ruler_config.is_none());
+        let pending: Vec<String> = observed.pending.iter().map(PendingRule::label).collect();
+        assert_eq!(pending, ["AlertingRule ns/r", "RulerConfig ns/s"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_arrives_during_the_wait_is_used() {
+        let (fake, caches, spec) = picking();
+        let reader = caches.clone();
+        let client = fake.client.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            reader
+                .rules
+                .read_bodies(&client, &reader.stacks, &Taps::default())
+                .await
+        });
+        let started = tokio::time::Instant::now();
+        let observed = observe_rules(&caches, &spec, "ns", "s").await;
+        assert!(started.elapsed() < BODY_WAIT);
+        assert!(observed.pending.is_empty(), "{:?}", observed.pending);
+        assert_eq!(observed.picked.len(), 1);
+        assert!(observed.picked[0].spec.is_ok());
+        assert!(matches!(observed.ruler_config, Some(Ok(_))));
+        // Held now: no wait at all.
+        let started = tokio::time::Instant::now();
+        let again = observe_rules(&caches, &spec, "ns", "s").await;
+        assert_eq!(again.picked.len(), 1);
+        assert_eq!(started.elapsed(), std::time::Duration::ZERO);
+    }
 
     #[test]
     fn versions_prefer_generation() {

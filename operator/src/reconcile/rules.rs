@@ -1,12 +1,21 @@
 //! The status of the ruler's objects, kept by the leader: after any change that can alter
-//! it (a rule, a RulerConfig, a namespace's labels, a stack's `spec.rules`), every
-//! AlertingRule, RecordingRule and RulerConfig in the caches is looked at once, and the
-//! `Ready` condition of those whose verdict changed is written (`status/rules.rs`).
+//! it (a rule, a RulerConfig, a namespace's labels, a stack's `spec.rules`, a body read),
+//! every AlertingRule, RecordingRule and RulerConfig in the caches is looked at once, and
+//! the `Ready` condition of those whose verdict changed is written (`status/rules.rs`).
 //!
-//! A pass reads only the caches and is linear in rules times stacks with rules enabled;
-//! changes within [`DEBOUNCE`] of each other make one pass, and an idle cluster makes
-//! none.
+//! The caches hold the metadata of every object and the bodies of the picked ones only
+//! (`caches/rule_bodies.rs`). A picked object is judged on its body once the body of its
+//! current version is held (its arrival runs a pass). An object no stack picks needs no
+//! body for its verdict, and is written to only if this operator marked it before
+//! (its managed fields say so): such an object is read once, to compare its condition,
+//! and not again until it changes.
+//!
+//! A pass reads only the caches (and those few objects) and is linear in rules times
+//! stacks with rules enabled; changes within [`DEBOUNCE`] of each other make one pass,
+//! and an idle cluster makes none.
 
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -18,12 +27,12 @@ use tracing::warn;
 
 use crate::act::report::write_rule_status;
 use crate::caches::reflectors::Caches;
-use crate::caches::rules::{decode, RuleKind};
-use crate::model::api::{ManagementState, RulesSpec};
+use crate::caches::rule_bodies::{picked_by, pickers, read_body, BodyKey, Picker};
+use crate::caches::rules::{decode, marked, RuleKind, RuleMeta};
 use crate::observe::PickedRule;
 use crate::plan::rules::check;
 use crate::ruler::api::RulerConfig;
-use crate::ruler::check::{check_ruler_config, selects};
+use crate::ruler::check::check_ruler_config;
 use crate::status::rules::{conditions, Verdict};
 
 /// Changes this close together make one pass.
@@ -31,17 +40,15 @@ pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// How soon a pass runs again when a write failed and no change comes.
 pub const RETRY: Duration = Duration::from_secs(10);
 
-/// A stack with rules enabled (and managed), as a pass sees it.
-struct Picker {
-    namespace: String,
-    name: String,
-    rules: RulesSpec,
-}
+/// Per object no stack picks that this operator marked, the resourceVersion at which a
+/// pass found its condition right: not read again until it changes.
+type Settled = HashMap<BodyKey, String>;
 
 /// Runs until the term ends (its task is aborted) or the tap is dropped.
 pub async fn run(client: Client, caches: Caches, mut changes: UnboundedReceiver<()>) {
+    let mut settled = Settled::new();
     loop {
-        let written = pass(&client, &caches).await;
+        let written = pass(&client, &caches, &mut settled).await;
         let next = async {
             if written {
                 changes.recv().await
@@ -59,63 +66,18 @@ pub async fn run(client: Client, caches: Caches, mut changes: UnboundedReceiver<
     }
 }
 
-fn pickers(caches: &Caches) -> Vec<Picker> {
-    caches
-        .stacks
-        .state()
-        .iter()
-        .filter_map(|s| {
-            // An Unmanaged stack has nothing written for it, a stack being deleted
-            // picks nothing any more.
-            let unmanaged = s
-                .data
-                .pointer("/spec/managementState")
-                .and_then(|m| serde_json::from_value(m.clone()).ok())
-                == Some(ManagementState::Unmanaged);
-            if unmanaged || s.metadata.deletion_timestamp.is_some() {
-                return None;
-            }
-            let rules: RulesSpec =
-                serde_json::from_value(s.data.pointer("/spec/rules")?.clone()).ok()?;
-            rules.enabled.then(|| Picker {
-                namespace: s.namespace().unwrap_or_default(),
-                name: s.name_any(),
-                rules,
-            })
-        })
+fn named(stacks: Vec<(String, String)>) -> Vec<String> {
+    stacks
+        .into_iter()
+        .map(|(ns, name)| format!("{ns}/{name}"))
         .collect()
 }
 
-/// The verdict on one rule object.
-fn rule_verdict(
-    caches: &Caches,
-    stacks: &[Picker],
-    kind: RuleKind,
-    obj: &DynamicObject,
-) -> Verdict {
-    let ns = obj.namespace().unwrap_or_default();
-    let ns_labels = caches.rules.namespace_labels(&ns);
-    let mut picked_by: Vec<String> = stacks
-        .iter()
-        .filter(|s| {
-            selects(
-                &s.rules,
-                &s.namespace,
-                &ns,
-                obj.labels(),
-                ns_labels.as_ref(),
-            )
-        })
-        .map(|s| format!("{}/{}", s.namespace, s.name))
-        .collect();
-    picked_by.sort();
-    let errors = if picked_by.is_empty() {
-        Vec::new()
-    } else {
-        check(&PickedRule::from_object(kind, obj))
-            .err()
-            .unwrap_or_default()
-    };
+/// The verdict on a picked AlertingRule or RecordingRule, from its body.
+fn rule_verdict(kind: RuleKind, picked_by: Vec<String>, body: &DynamicObject) -> Verdict {
+    let errors = check(&PickedRule::from_object(kind, body))
+        .err()
+        .unwrap_or_default();
     Verdict {
         picked_by,
         errors,
@@ -123,28 +85,17 @@ fn rule_verdict(
     }
 }
 
-/// The verdict on a RulerConfig: picked by the stack of its name with rules enabled.
-fn config_verdict(stacks: &[Picker], obj: &DynamicObject) -> Verdict {
-    let ns = obj.namespace().unwrap_or_default();
-    let name = obj.name_any();
-    let picked = stacks.iter().any(|s| s.namespace == ns && s.name == name);
-    let errors = if picked {
-        match decode::<RulerConfig>(obj) {
-            Ok(c) => check_ruler_config(&c.spec)
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-            Err(e) => vec![format!("the stored object cannot be read: {e}")],
-        }
-    } else {
-        Vec::new()
+/// The verdict on a picked RulerConfig (by the stack of its name), from its body.
+fn config_verdict(picked_by: Vec<String>, body: &DynamicObject) -> Verdict {
+    let errors = match decode::<RulerConfig>(body) {
+        Ok(c) => check_ruler_config(&c.spec)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        Err(e) => vec![format!("the stored object cannot be read: {e}")],
     };
     Verdict {
-        picked_by: if picked {
-            vec![format!("{ns}/{name}")]
-        } else {
-            Vec::new()
-        },
+        picked_by,
         errors,
         kind: RuleKind::RulerConfig.kind(),
     }
@@ -157,29 +108,227 @@ fn previous(obj: &DynamicObject) -> Vec<Condition> {
         .unwrap_or_default()
 }
 
-/// One look at every object; false when a write failed.
-async fn pass(client: &Client, caches: &Caches) -> bool {
+/// One object's verdict, and its stored copy (for the conditions it has): from its body
+/// if picked; read if it is not but was marked and has changed since a pass last found
+/// it right; else nothing to decide now (`Ok(None)`).
+async fn judge(
+    client: &Client,
+    caches: &Caches,
+    stacks: &[Picker],
+    kind: RuleKind,
+    meta: &RuleMeta,
+    settled: &Settled,
+) -> Result<Option<(Verdict, Arc<DynamicObject>)>, kube::Error> {
+    let ns = meta.namespace().unwrap_or_default();
+    let by = named(picked_by(stacks, kind, &meta.metadata, || {
+        caches.rules.namespace_labels(&ns)
+    }));
+    if !by.is_empty() {
+        // Not held yet (or of an older version): its arrival runs a pass.
+        let Some(body) = caches.rules.bodies.current(kind, &meta.metadata) else {
+            return Ok(None);
+        };
+        let verdict = match kind {
+            RuleKind::RulerConfig => config_verdict(by, &body),
+            _ => rule_verdict(kind, by, &body),
+        };
+        return Ok(Some((verdict, body)));
+    }
+    let key = BodyKey::of(kind, &meta.metadata);
+    if !marked(&meta.metadata) || settled.get(&key) == meta.metadata.resource_version.as_ref() {
+        return Ok(None);
+    }
+    let Some(obj) = read_body(client, &key).await? else {
+        return Ok(None);
+    };
+    let verdict = Verdict {
+        picked_by: Vec::new(),
+        errors: Vec::new(),
+        kind: kind.kind(),
+    };
+    Ok(Some((verdict, Arc::new(obj))))
+}
+
+/// One look at every object; false when a read or a write failed.
+async fn pass(client: &Client, caches: &Caches, settled: &mut Settled) -> bool {
     let mut all_written = true;
-    let stacks = pickers(caches);
+    let stacks = pickers(&caches.stacks);
     let now = Timestamp::now();
+    let mut present = HashSet::new();
     for (kind, store) in &caches.rules.stores {
-        for obj in store.state() {
-            let verdict = match kind {
-                RuleKind::RulerConfig => config_verdict(&stacks, &obj),
-                _ => rule_verdict(caches, &stacks, *kind, &obj),
+        for meta in store.state() {
+            let key = BodyKey::of(*kind, &meta.metadata);
+            present.insert(key.clone());
+            let (verdict, obj) = match judge(client, caches, &stacks, *kind, &meta, settled).await {
+                Ok(Some(j)) => j,
+                Ok(None) => continue,
+                Err(e) => {
+                    warn!(kind = kind.kind(), namespace = %key.namespace, name = %key.name, error = %e, "cannot read the object to compare its status; trying again");
+                    all_written = false;
+                    continue;
+                }
             };
-            let Some(new) = conditions(&verdict, &previous(&obj), obj.metadata.generation, now)
-            else {
+            let new = conditions(&verdict, &previous(&obj), obj.metadata.generation, now);
+            let Some(new) = new else {
+                // Found right, and picked by none: not read again until it changes.
+                if let (true, Some(rv)) =
+                    (verdict.picked_by.is_empty(), &obj.metadata.resource_version)
+                {
+                    settled.insert(key, rv.clone());
+                }
                 continue;
             };
-            let ns = obj.namespace().unwrap_or_default();
+            // What this write changes comes back as a new version: looked at again then.
+            settled.remove(&key);
             if let Err(e) =
-                write_rule_status(client, &kind.resource(), &ns, &obj.name_any(), &new).await
+                write_rule_status(client, &kind.resource(), &key.namespace, &key.name, &new).await
             {
-                warn!(kind = kind.kind(), namespace = %ns, name = %obj.name_any(), error = %e, "cannot write the status; trying again");
+                warn!(kind = kind.kind(), namespace = %key.namespace, name = %key.name, error = %e, "cannot write the status; trying again");
                 all_written = false;
             }
         }
     }
+    settled.retain(|k, _| present.contains(k));
     all_written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::caches::rule_bodies::RuleFeeds;
+    use crate::caches::taps::Taps;
+    use crate::render::ServerCapabilities;
+    use crate::testing::cluster::{key, FakeCluster};
+    use serde_json::{json, Value};
+
+    fn rule(name: &str, labels: Value, expr: &str) -> Value {
+        json!({
+            "apiVersion": "loki.grafana.com/v1", "kind": "AlertingRule",
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {"tenantID": "t", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": expr}]}]},
+        })
+    }
+
+    fn calls(fake: &FakeCluster) -> Vec<String> {
+        fake.take_calls().iter().map(|c| c.line()).collect()
+    }
+
+    fn ready(fake: &FakeCluster, name: &str) -> Option<(String, String)> {
+        let r = fake.get(&key(&RuleKind::AlertingRule.resource(), Some("ns"), name))?;
+        let c = r["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")?
+            .clone();
+        Some((
+            c["status"].as_str()?.to_string(),
+            c["reason"].as_str()?.to_string(),
+        ))
+    }
+
+    /// The status pass on metadata and the bodies of picked objects: a picked rule is
+    /// written once; a rule nobody picks and this operator never marked is never read,
+    /// however large; one unselected after it was marked is read to be marked
+    /// NotSelected, once more after that write, and then no more.
+    #[tokio::test]
+    async fn unpicked_rules_cost_no_read_and_idle_passes_no_request() {
+        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let (mut feeds, rules) = RuleFeeds::new();
+        let mut caches = fake.caches.clone();
+        caches.rules = rules;
+        fake.put(json!({
+            "apiVersion": "loki.grafana.com/v1", "kind": "LokiStack",
+            "metadata": {"name": "s", "namespace": "ns"},
+            "spec": {"rules": {"enabled": true, "selector": {"matchLabels": {"pick": "yes"}}}},
+        }));
+        fake.put(rule(
+            "picked",
+            json!({"pick": "yes"}),
+            "sum(rate({a=\"b\"}[5m])) > 1",
+        ));
+        fake.put(rule("big", json!({}), &"x".repeat(100_000)));
+        let sync = |feeds: &mut RuleFeeds| {
+            for name in ["picked", "big"] {
+                feeds.sync(&fake, RuleKind::AlertingRule, "ns", name);
+            }
+        };
+        sync(&mut feeds);
+        let taps = Taps::default();
+        let mut settled = Settled::new();
+
+        // A body not read yet: nothing to judge it on.
+        fake.take_calls();
+        assert!(pass(&fake.client, &caches, &mut settled).await);
+        assert!(calls(&fake).is_empty());
+
+        assert!(
+            caches
+                .rules
+                .read_bodies(&fake.client, &caches.stacks, &taps)
+                .await
+        );
+        assert_eq!(calls(&fake), ["get ns/alertingrules/picked"]);
+        assert!(pass(&fake.client, &caches, &mut settled).await);
+        assert_eq!(calls(&fake), ["apply ns/alertingrules/picked/status"]);
+        assert_eq!(
+            ready(&fake, "picked"),
+            Some(("True".into(), "Selected".into()))
+        );
+        assert_eq!(ready(&fake, "big"), None);
+
+        // The write comes back through the watch, and the body is read again: then
+        // nothing more to write, or to read, however often a pass runs.
+        sync(&mut feeds);
+        assert!(pass(&fake.client, &caches, &mut settled).await);
+        assert!(
+            caches
+                .rules
+                .read_bodies(&fake.client, &caches.stacks, &taps)
+                .await
+        );
+        assert_eq!(calls(&fake), ["get ns/alertingrules/picked"]);
+        for _ in 0..2 {
+            assert!(pass(&fake.client, &caches, &mut settled).await);
+            assert!(
+                caches
+                    .rules
+                    .read_bodies(&fake.client, &caches.stacks, &taps)
+                    .await
+            );
+            assert!(calls(&fake).is_empty());
+        }
+
+        // Unselected: its body goes; it is read once to be marked NotSelected.
+        fake.edit(
+            &key(&RuleKind::AlertingRule.resource(), Some("ns"), "picked"),
+            |r| r["metadata"]["labels"] = json!({}),
+        );
+        sync(&mut feeds);
+        assert!(
+            caches
+                .rules
+                .read_bodies(&fake.client, &caches.stacks, &taps)
+                .await
+        );
+        assert!(caches.rules.bodies.is_empty());
+        assert!(pass(&fake.client, &caches, &mut settled).await);
+        assert_eq!(
+            calls(&fake),
+            [
+                "get ns/alertingrules/picked",
+                "apply ns/alertingrules/picked/status"
+            ]
+        );
+        assert_eq!(
+            ready(&fake, "picked"),
+            Some(("False".into(), "NotSelected".into()))
+        );
+        // Its new version is read once, found right, and not read again.
+        sync(&mut feeds);
+        assert!(pass(&fake.client, &caches, &mut settled).await);
+        assert_eq!(calls(&fake), ["get ns/alertingrules/picked"]);
+        assert!(pass(&fake.client, &caches, &mut settled).await);
+        assert!(calls(&fake).is_empty());
+        assert_eq!(ready(&fake, "big"), None, "never written to");
+    }
 }

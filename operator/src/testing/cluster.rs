@@ -231,10 +231,7 @@ impl FakeCluster {
             statefulsets,
             children: caches_children,
             by_stack,
-            rules: RuleCaches {
-                stores: BTreeMap::new(),
-                namespaces: None,
-            },
+            rules: RuleCaches::default(),
         };
         FakeCluster {
             state,
