@@ -20,6 +20,8 @@ const ROOMS: &[&str] = &[
     "model",
     // Pure checks of what the cluster offers: zones, storage, volumes, a pod's zone.
     "checks",
+    // LogQL as Loki parses it, and Prometheus durations: a parser, pure.
+    "logql",
     // The ruler's API (AlertingRule, RecordingRule, RulerConfig) and, pure, its checks,
     // which rules a stack picks, and a RulerConfig as Loki settings.
     "ruler",

@@ -9,6 +9,8 @@
 //!   pod's labels and an object's field managers say: the shared vocabulary.
 //! - [`checks`]: pure checks of what the cluster offers (zones, storage classes and
 //!   volumes, a pod's zone) and of the spec.
+//! - [`logql`]: LogQL as Loki parses it, and Prometheus durations: what a rule's
+//!   expression may be.
 //! - [`ruler`]: the ruler's API (AlertingRule, RecordingRule, RulerConfig) and, pure,
 //!   its checks, which rules a stack picks, and a RulerConfig as Loki settings.
 //! - [`render`]: every Loki object, rendered from the templates and parsed into types.
@@ -40,6 +42,7 @@ pub mod checks;
 pub mod cli;
 pub mod intent;
 pub mod lead;
+pub mod logql;
 pub mod model;
 pub mod observe;
 pub mod plan;

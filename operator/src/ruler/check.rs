@@ -12,14 +12,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
 use crate::checks::validate::FieldError;
+use crate::logql::check_metric_expr;
+use crate::logql::duration::parse_prometheus_duration;
 use crate::model::api::RulesSpec;
 use crate::ruler::api::{
     AlertManagerSpec, AlertingRuleSpec, RecordingRuleSpec, RelabelAction, RelabelConfig,
     RemoteWriteSpec, RulerConfigSpec, RULE_HEADER_AUTH_EXCLUSIVE_MSG, RULE_TENANT_NOT_DOTS_MSG,
     TENANT_ID_MAX_LEN,
 };
-use crate::ruler::duration::parse_prometheus_duration;
-use crate::ruler::logql::check_metric_expr;
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
     FieldError {

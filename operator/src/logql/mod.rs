@@ -1,4 +1,6 @@
-//! A rule's expression, parsed as Loki parses it.
+//! A rule's expression, parsed as Loki parses it; and Prometheus durations (`duration`),
+//! which LogQL ranges and the ruler's intervals share. A room of its own, below `ruler`:
+//! a parser is a concern apart from the ruler's API and what the operator makes of it.
 //!
 //! Loki's ruler loads a tenant's rule files with `syntax.ParseExpr`, and its local rule
 //! store stops syncing every tenant's groups at the first file it cannot parse: one bad
@@ -27,60 +29,16 @@
 //! for capturing groups in a matcher, applied to every group); and it does not apply Go's
 //! bound on a compiled regex's size (128 MiB).
 
+pub mod duration;
+mod error;
 mod lex;
 mod parse;
 mod regex;
 
+use error::error_at;
+pub use error::LogqlError;
+
 use parse::Kind;
-
-/// Where the expression is wrong, and how.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogqlError {
-    /// 1-based, in characters, on the line the expression is written (lines counted
-    /// into it for a multi-line expression).
-    pub column: usize,
-    pub line: usize,
-    pub message: String,
-}
-
-impl std::fmt::Display for LogqlError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.line > 1 {
-            write!(
-                f,
-                "at line {}, column {}: {}",
-                self.line, self.column, self.message
-            )
-        } else {
-            write!(f, "at column {}: {}", self.column, self.message)
-        }
-    }
-}
-
-impl std::error::Error for LogqlError {}
-
-fn position(text: &str, at: usize) -> (usize, usize) {
-    let (mut line, mut column) = (1, 1);
-    for c in text.chars().take(at) {
-        if c == '\n' {
-            line += 1;
-            column = 1;
-        } else {
-            column += 1;
-        }
-    }
-    (line, column)
-}
-
-/// An error at character offset `at` of `text`.
-fn error_at(text: &str, at: usize, message: impl Into<String>) -> LogqlError {
-    let (line, column) = position(text, at);
-    LogqlError {
-        column,
-        line,
-        message: message.into(),
-    }
-}
 
 /// Checks `expr` as a rule's expression: one Loki parses, and a metric query.
 pub fn check_metric_expr(expr: &str) -> Result<(), LogqlError> {

@@ -4,9 +4,9 @@
 //! follows, so `rate` can name a label; `5m` after a number is a duration, `5KB` a byte
 //! size; `-0` is a duration; a character Loki does not know is a label name.
 
-use crate::ruler::duration::parse_prometheus_duration;
+use super::duration::parse_prometheus_duration;
 
-use super::{error_at, LogqlError};
+use super::error::{error_at, LogqlError};
 
 /// The range aggregations: `rate({app="x"}[5m])`.
 pub(super) const RANGE_OPS: &str = "count_over_time rate rate_counter bytes_over_time bytes_rate \

@@ -7,9 +7,9 @@
 //! it needs, a selector that matches every stream). The second kind is collected in
 //! `later`, because Loki never validates the expressions inside `variants(...)`.
 
+use super::error::{error_at, position, LogqlError};
 use super::lex::{find_word, go_float, go_int, lex, Tok, Token, RANGE_OPS, VECTOR_OPS};
 use super::regex;
-use super::{error_at, LogqlError};
 
 /// What an expression is, as far as a rule is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,7 +86,7 @@ fn brackets(text: &str, toks: &[Token]) -> Result<(), LogqlError> {
         match open.pop() {
             Some((o, _)) if o == want => {}
             Some((o, at)) => {
-                let column = super::position(text, at).1;
+                let column = position(text, at).1;
                 return Err(error_at(
                     text,
                     t.at,
