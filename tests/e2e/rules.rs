@@ -3,7 +3,8 @@
 //! ConfigMap per tenant, mounted into its ruler; a rule elsewhere is ignored and never
 //! written to; an invalid rule is refused at admission or left out and named in its
 //! status and the stack's; a rule changed for a known tenant restarts nothing; a rule
-//! deleted or unselected leaves the files; the RulerConfig reaches Loki's `ruler` block.
+//! deleted or unselected leaves the files; a rule of another namespace loads only for a
+//! tenant the stack grants that namespace; the RulerConfig reaches Loki's `ruler` block.
 
 use std::time::{Duration, Instant};
 
@@ -164,6 +165,8 @@ pub async fn rules_are_loaded_per_tenant_reported_and_removed(env: &mut Env) -> 
         "enabled": true,
         "selector": {"matchLabels": {(PICK.0): PICK.1}},
         "namespaceSelector": {"matchLabels": {"logging": "enabled"}},
+        // The team's namespace may read the audit tenant, and no other.
+        "allowedTenants": [{"namespaces": [TEAM_NS], "tenants": ["audit"]}],
     });
     create_stack(env, NS, body).await?;
     wait_condition(env, NS, STACK, "Ready", Some("ReadyComponents")).await?;
@@ -204,6 +207,50 @@ pub async fn rules_are_loaded_per_tenant_reported_and_removed(env: &mut Env) -> 
     let msg = wait_ready(env, "AlertingRule", NS, "errors", "True", "Selected").await?;
     ensure!(msg.contains(&format!("LokiStack {NS}/{STACK}")), "{msg}");
     wait_ready(env, "RecordingRule", TEAM_NS, "rates", "True", "Selected").await?;
+
+    // Picked, but for a tenant the stack's owner did not grant the team's namespace:
+    // never loaded, and named in its status and the stack's.
+    let foreign = create(
+        env,
+        "AlertingRule",
+        TEAM_NS,
+        &alerting("foreign", "application", expr, true),
+    )
+    .await?;
+    let msg = wait_ready(
+        env,
+        "AlertingRule",
+        TEAM_NS,
+        "foreign",
+        "False",
+        "InvalidRule",
+    )
+    .await?;
+    ensure!(
+        msg.contains("tenant \"application\" is not granted")
+            && msg.contains("spec.rules.allowedTenants"),
+        "{msg}"
+    );
+    eventually("the stack names the refused rule", WAIT, || async {
+        let s = get_stack(env, NS, STACK).await?;
+        Ok(condition(&s, "Warning")
+            .filter(|c| {
+                c.message
+                    .contains(&format!("AlertingRule {TEAM_NS}/foreign"))
+            })
+            .map(|_| ()))
+    })
+    .await?;
+    ensure!(
+        !config_map(env, &app_cm)
+            .await?
+            .unwrap_or_default()
+            .contains_key(&file_key(&foreign)),
+        "a rule of an ungranted tenant was loaded"
+    );
+    api(env, "AlertingRule", TEAM_NS)
+        .delete("foreign", &DeleteParams::default())
+        .await?;
 
     // The ruler mounts each tenant's directory; the config reads them from there.
     let sts = Api::<StatefulSet>::namespaced(env.admin.clone(), NS)

@@ -107,6 +107,9 @@ wire_enum! {
         MissingRulerSecret => "MissingRulerSecret",
         /// It lacks a key its authorization needs (held back; the Go operator's reason).
         InvalidRulerSecret => "InvalidRulerSecret",
+        /// Ruler objects the stack picks could not be read yet (held back, so that the
+        /// ruler keeps the rules and settings it has; goes on once they are read).
+        RulesNotRead => "RulesNotRead",
         /// Rules the stack picks are not loaded (a Warning naming each and why).
         RulesNotLoaded => "RulesNotLoaded",
         /// On a rule or RulerConfig: a stack with rules enabled picks it and it is valid.

@@ -68,6 +68,20 @@ pub fn plan(stack: &LokiStack, snapshot: &Snapshot) -> (RulerInput, RuleFindings
     let Some(spec) = stack.spec.rules.as_ref().filter(|r| r.enabled) else {
         return (RulerInput::default(), findings);
     };
+    // An object picked but not read yet is not gone: rendered without it, its rules or
+    // the ruler's settings would be removed until it is read. Hold everything instead;
+    // its arrival runs the stack again.
+    if !snapshot.rules.pending.is_empty() {
+        let names: Vec<String> = snapshot.rules.pending.iter().map(|p| p.label()).collect();
+        findings.hold = Some((
+            Reason::RulesNotRead,
+            format!(
+                "{} picked by the stack could not be read yet; the ruler keeps its current rules and settings until they are (the operator's log says why a read failed)",
+                names.join(", ")
+            ),
+        ));
+        return (RulerInput::default(), findings);
+    }
     let files = spec
         .selector
         .is_some()
@@ -200,7 +214,7 @@ fn remote_write_secret(config: &RulerConfigSpec, snapshot: &Snapshot) -> Option<
 mod tests {
     use super::*;
     use crate::model::api::{LokiStackSize, RuleTenantGrant};
-    use crate::observe::{RulerSecretSeen, RulesObserved};
+    use crate::observe::{PendingRule, RulerSecretSeen, RulesObserved};
     use crate::testing::{stack, stack_spec};
     use serde_json::json;
 
@@ -370,6 +384,39 @@ mod tests {
         assert!(
             refused[0].starts_with("AlertingRule team-a/theirs (tenant \"billing\""),
             "{refused:?}"
+        );
+    }
+
+    /// A picked rule or RulerConfig whose body was not read in time is not taken for
+    /// deleted: the stack is held back whole, so the rules ConfigMaps and the ruler's
+    /// settings stay as they are.
+    #[test]
+    fn a_picked_object_not_read_yet_holds_the_stack_back() {
+        let s = ruled_stack(true);
+        let snap = Snapshot {
+            namespace: "ns".into(),
+            name: "s".into(),
+            rules: RulesObserved {
+                picked: vec![picked(
+                    "read",
+                    json!({"tenantID": "application", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": "sum(rate({a=\"b\"}[5m])) > 1"}]}]}),
+                )],
+                pending: vec![PendingRule {
+                    kind: RuleKind::RulerConfig,
+                    namespace: "ns".into(),
+                    name: "s".into(),
+                    uid: "u".into(),
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let (_, findings) = plan(&s, &snap);
+        let (reason, message) = findings.hold.expect("held back");
+        assert_eq!(reason, Reason::RulesNotRead);
+        assert!(
+            message.starts_with("RulerConfig ns/s picked by the stack could not be read yet"),
+            "{message}"
         );
     }
 

@@ -32,7 +32,7 @@ use crate::caches::rules::{decode, marked, RuleKind, RuleMeta};
 use crate::observe::PickedRule;
 use crate::plan::rules::check;
 use crate::ruler::api::RulerConfig;
-use crate::ruler::check::check_ruler_config;
+use crate::ruler::check::{check_ruler_config, tenant_refusal};
 use crate::status::rules::{conditions, Verdict};
 
 /// Changes this close together make one pass.
@@ -73,13 +73,31 @@ fn named(stacks: Vec<(String, String)>) -> Vec<String> {
         .collect()
 }
 
-/// The verdict on a picked AlertingRule or RecordingRule, from its body.
-fn rule_verdict(kind: RuleKind, picked_by: Vec<String>, body: &DynamicObject) -> Verdict {
-    let errors = check(&PickedRule::from_object(kind, body))
-        .err()
-        .unwrap_or_default();
+/// The verdict on a picked AlertingRule or RecordingRule, from its body: its own errors,
+/// else the stacks among `by` that do not grant its namespace its tenant.
+fn rule_verdict(
+    kind: RuleKind,
+    stacks: &[Picker],
+    by: &[(String, String)],
+    body: &DynamicObject,
+) -> Verdict {
+    let rule = PickedRule::from_object(kind, body);
+    let errors = match check(&rule) {
+        Err(errors) => errors,
+        Ok(file) => stacks
+            .iter()
+            .filter(|s| {
+                by.iter()
+                    .any(|(ns, name)| *ns == s.namespace && *name == s.name)
+            })
+            .filter_map(|s| {
+                tenant_refusal(&s.rules, &s.namespace, &rule.namespace, &file.tenant)
+                    .map(|why| format!("LokiStack {}/{}: {why}", s.namespace, s.name))
+            })
+            .collect(),
+    };
     Verdict {
-        picked_by,
+        picked_by: named(by.to_vec()),
         errors,
         kind: kind.kind(),
     }
@@ -120,17 +138,17 @@ async fn judge(
     settled: &Settled,
 ) -> Result<Option<(Verdict, Arc<DynamicObject>)>, kube::Error> {
     let ns = meta.namespace().unwrap_or_default();
-    let by = named(picked_by(stacks, kind, &meta.metadata, || {
+    let by = picked_by(stacks, kind, &meta.metadata, || {
         caches.rules.namespace_labels(&ns)
-    }));
+    });
     if !by.is_empty() {
         // Not held yet (or of an older version): its arrival runs a pass.
         let Some(body) = caches.rules.bodies.current(kind, &meta.metadata) else {
             return Ok(None);
         };
         let verdict = match kind {
-            RuleKind::RulerConfig => config_verdict(by, &body),
-            _ => rule_verdict(kind, by, &body),
+            RuleKind::RulerConfig => config_verdict(named(by), &body),
+            _ => rule_verdict(kind, stacks, &by, &body),
         };
         return Ok(Some((verdict, body)));
     }
@@ -207,6 +225,44 @@ mod tests {
             "metadata": {"name": name, "namespace": "ns", "labels": labels},
             "spec": {"tenantID": "t", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": expr}]}]},
         })
+    }
+
+    /// A rule's status names each stack that picks it but does not grant its
+    /// namespace its tenant, and what would grant it.
+    #[test]
+    fn a_rule_of_an_ungranted_tenant_is_refused_by_the_stack_that_picks_it() {
+        let mut body: DynamicObject =
+            serde_json::from_value(rule("r", json!({}), "sum(rate({a=\"b\"}[5m])) > 1"))
+                .expect("rule");
+        body.metadata.namespace = Some("team".into());
+        let picker = |ns: &str, grants: Value| {
+            Picker {
+            namespace: ns.into(),
+            name: "s".into(),
+            rules: serde_json::from_value(json!({"enabled": true, "selector": {}, "namespaceSelector": {}, "allowedTenants": grants}))
+                .expect("rules"),
+        }
+        };
+        let stacks = [
+            picker("ns", json!([])),
+            picker("other", json!([{"namespaces": ["team"], "tenants": ["t"]}])),
+        ];
+        let by = [
+            ("ns".to_string(), "s".to_string()),
+            ("other".to_string(), "s".to_string()),
+        ];
+        let v = rule_verdict(RuleKind::AlertingRule, &stacks, &by, &body);
+        assert_eq!(v.picked_by, ["ns/s", "other/s"]);
+        assert_eq!(v.errors.len(), 1, "{:?}", v.errors);
+        assert!(
+            v.errors[0].starts_with(
+                "LokiStack ns/s: tenant \"t\" is not granted to the rules of namespace \"team\""
+            ),
+            "{:?}",
+            v.errors
+        );
+        let v = rule_verdict(RuleKind::AlertingRule, &stacks[1..], &by[1..], &body);
+        assert!(v.errors.is_empty(), "{:?}", v.errors);
     }
 
     fn calls(fake: &FakeCluster) -> Vec<String> {
