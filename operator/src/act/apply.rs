@@ -521,6 +521,66 @@ impl Applier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::ServerCapabilities;
+    use crate::testing::cluster::FakeCluster;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// A rules ConfigMap the server refuses (its content comes from rule objects, which
+    /// others write) holds back neither the stack's workloads nor its error: the next
+    /// wave is applied, nothing stale is removed, and the refusal is returned.
+    #[tokio::test]
+    async fn a_refused_rules_config_map_holds_back_only_the_removals() {
+        let cluster = FakeCluster::new(ServerCapabilities::MODERN);
+        let applier = Applier::new(cluster.client.clone(), cluster.capabilities);
+        let snapshot = Snapshot {
+            namespace: "ns".into(),
+            name: "s".into(),
+            uid: "uid-s".into(),
+            ..Default::default()
+        };
+        let rules: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {
+            "name": "s-rules-t-0", "namespace": "ns",
+            "annotations": {(crate::ruler::names::ANNOTATION_RULES_TENANT): "t"}}}))
+        .expect("config map");
+        let config: ConfigMap = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "s-config", "namespace": "ns"}}),
+        )
+        .expect("config map");
+        let querier: Deployment = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "s-querier", "namespace": "ns"}}),
+        )
+        .expect("deployment");
+        let children = [
+            Child::ConfigMap(config),
+            Child::ConfigMap(rules),
+            Child::Deployment(querier),
+        ];
+        assert!(children[1].is_rules() && !children[0].is_rules());
+        cluster.fail_next("apply", "ns/configmaps/s-rules-t-0", 422, "Invalid");
+        let stale = [(ChildKind::ConfigMap, "s-rules-old-0".to_string())];
+        let result = applier.apply(&snapshot, &children, &stale).await;
+        assert!(
+            matches!(&result, Err(ApplyError::Apply { name, .. }) if name == "s-rules-t-0"),
+            "{result:?}"
+        );
+        let mut sent: Vec<String> = cluster
+            .take_calls()
+            .iter()
+            .filter(|c| c.is_write())
+            .map(|c| c.line())
+            .collect();
+        sent.sort();
+        assert_eq!(
+            sent,
+            [
+                "apply ns/configmaps/s-config",
+                "apply ns/configmaps/s-rules-t-0",
+                "apply ns/deployments/s-querier",
+            ],
+            "the workloads go on, the stale rules ConfigMap stays"
+        );
+    }
 
     /// What the server does to an applied object is no difference (defaults added,
     /// empty fields left out, quantities respelled); a field removed or changed is.
