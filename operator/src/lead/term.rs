@@ -120,6 +120,7 @@ impl Term {
             tasks.spawn(reconcile::rules::run(
                 p.client.clone(),
                 p.caches.clone(),
+                p.metrics.clone(),
                 rule_changes,
             ));
         }

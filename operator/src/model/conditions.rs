@@ -112,6 +112,11 @@ wire_enum! {
         RulesNotRead => "RulesNotRead",
         /// Rules the stack picks are not loaded (a Warning naming each and why).
         RulesNotLoaded => "RulesNotLoaded",
+        /// The newest schema period is older than v13 (the Go operator's reason).
+        StorageNeedsSchemaUpdate => "StorageNeedsSchemaUpdate",
+        /// A stack without zones has no more ingesters than its replication factor (the
+        /// Go operator's reason).
+        InsufficientIngesterReplicas => "InsufficientIngesterReplicas",
         /// On a rule or RulerConfig: a stack with rules enabled picks it and it is valid.
         Selected => "Selected",
         /// On a rule or RulerConfig: a stack picks it but it is invalid (field named).

@@ -11,6 +11,7 @@ use crate::model::api::{
     LokiComponentSpec, LokiStackSize, LokiStackSpec, ObjectStorageSchema,
     ObjectStorageSchemaVersion, ReplicationSpec, ZoneSpec,
 };
+use crate::model::conditions::Reason;
 use crate::model::names;
 use crate::model::storage::StoreParams;
 
@@ -325,6 +326,42 @@ pub fn replication_zone_aware(replication: Option<&ReplicationSpec>) -> bool {
     replication.is_some_and(|r| !r.zones.is_empty())
 }
 
+/// The Go Loki Operator's two standing Warnings, under its reasons, so that its alert
+/// `LokistackSchemaUpgradesRequired` and a migrated user's tooling see them: the newest
+/// schema period is older than v13, and (for a stack without zones, whose zone check says
+/// more) ingesters no more than the replication factor, so that a restarted ingester can
+/// stop the writes of its streams; 1x.demo, one ingester by design, is spared. The newest period is the one with the latest date,
+/// whatever the list's order (the Go operator reads the list's last entry).
+pub fn advisories(eff: &EffectiveStack) -> Vec<(Reason, String)> {
+    let mut out = Vec::new();
+    if let Some(newest) = eff
+        .schemas
+        .iter()
+        .max_by(|a, b| a.effective_date.cmp(&b.effective_date))
+        .filter(|s| s.version != ObjectStorageSchemaVersion::V13)
+    {
+        out.push((
+            Reason::StorageNeedsSchemaUpdate,
+            format!(
+                "the newest schema period ({} from {}) is older than v13: add a v13 period to spec.storage.schemas, effective on a future date",
+                newest.version.as_str(),
+                newest.effective_date
+            ),
+        ));
+    }
+    let ingesters = eff.component(Component::Ingester).map_or(0, |c| c.replicas);
+    if !eff.zone_aware() && eff.size != LokiStackSize::Demo && ingesters <= eff.replication_factor {
+        out.push((
+            Reason::InsufficientIngesterReplicas,
+            format!(
+                "{ingesters} ingester(s) for replication factor {}: while one restarts, the streams it holds cannot write a quorum of copies. Set spec.template.ingester.replicas above the factor",
+                eff.replication_factor
+            ),
+        ));
+    }
+    out
+}
+
 /// Resolves every default. Pure; the static rules (`checks/validate.rs`) are checked before.
 pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
     let ruler_enabled = spec.rules.as_ref().is_some_and(|r| r.enabled);
@@ -396,6 +433,52 @@ mod tests {
                 assert_eq!(default_replicas(size, c), n, "{size:?} {c:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_go_operators_advisories_follow_the_newest_schema_and_the_ingesters() {
+        let reasons = |spec: &LokiStackSpec| -> Vec<Reason> {
+            advisories(&effective(spec))
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect()
+        };
+        let mut spec = stack_spec(LokiStackSize::Small);
+        assert_eq!(
+            reasons(&spec),
+            vec![],
+            "defaults: v13, 3 ingesters for factor 2"
+        );
+        // The newest period decides, whatever the list's order.
+        let period = |version, date: &str| ObjectStorageSchema {
+            version,
+            effective_date: date.into(),
+        };
+        spec.storage.schemas = vec![
+            period(ObjectStorageSchemaVersion::V13, "2024-06-01"),
+            period(ObjectStorageSchemaVersion::V12, "2023-01-01"),
+        ];
+        assert_eq!(reasons(&spec), vec![]);
+        spec.storage.schemas = vec![
+            period(ObjectStorageSchemaVersion::V13, "2022-06-01"),
+            period(ObjectStorageSchemaVersion::V12, "2023-01-01"),
+        ];
+        assert_eq!(reasons(&spec), vec![Reason::StorageNeedsSchemaUpdate]);
+        spec.storage.schemas.clear();
+        spec.replication_factor = Some(3);
+        assert_eq!(reasons(&spec), vec![Reason::InsufficientIngesterReplicas]);
+        // A zone-aware stack: the zone check says more; 1x.demo: one ingester by design.
+        spec.replication = Some(ReplicationSpec {
+            factor: Some(3),
+            zones: vec![ZoneSpec {
+                topology_key: "topology.kubernetes.io/zone".into(),
+                max_skew: 1,
+            }],
+            zone_outage: None,
+            max_unavailable_per_zone: None,
+        });
+        assert_eq!(reasons(&spec), vec![]);
+        assert_eq!(reasons(&stack_spec(LokiStackSize::Demo)), vec![]);
     }
 
     #[test]

@@ -92,10 +92,13 @@ async fn in_turn(
     lanes: Lanes,
     store: Store<DynamicObject>,
 ) -> Result<Action, ReconcileError> {
+    let waiting = ctx.metrics.waiting(super::CONTROLLER);
     let Some(_turn) = lanes.turn(stacks::spec_applied(&obj)).await else {
         // Closed: the term is ending.
         return Ok(Action::await_change());
     };
+    drop(waiting);
+    let _running = ctx.metrics.worker(super::CONTROLLER);
     let Some(now) = store.get(&ObjectRef::from_obj_with(obj.as_ref(), stacks::resource())) else {
         return Ok(Action::await_change());
     };

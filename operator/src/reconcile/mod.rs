@@ -99,6 +99,10 @@ impl ReconcileError {
     }
 }
 
+/// The LokiStack controller's name in the controller metrics (controller-runtime's
+/// lowercase kind).
+pub const CONTROLLER: &str = "lokistack";
+
 pub async fn reconcile(
     obj: Arc<DynamicObject>,
     ctx: Arc<Context>,
@@ -110,6 +114,7 @@ pub async fn reconcile(
         Err(e) => {
             warn!(stack = %obj.name_any(), namespace = ?obj.namespace(), error = %e, "stored LokiStack does not decode; it is skipped until fixed");
             Metrics::count(&ctx.metrics.reconciles, "undecodable", 1);
+            ctx.metrics.reconciled(CONTROLLER, false, started.elapsed());
             report::undecodable(&ctx.client, &ctx.notify, &obj, &e)
                 .await
                 .map_err(ReconcileError::Status)?;
@@ -142,6 +147,8 @@ pub async fn reconcile(
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
+    ctx.metrics
+        .reconciled(CONTROLLER, result.is_ok(), started.elapsed());
     result.map(|next| {
         if next.held_back {
             // Some causes of a hold-back send no change when fixed (a CA ConfigMap, which
@@ -239,7 +246,7 @@ fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<Action> {
 
 fn record(ctx: &Context, snapshot: &Snapshot, stack: &LokiStack, status: &LokiStackStatus) {
     let view = StackView {
-        size: stack.spec.size.as_str(),
+        spec: &stack.spec,
         status,
     };
     ctx.metrics

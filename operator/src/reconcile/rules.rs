@@ -34,9 +34,13 @@ use crate::plan::rules::check;
 use crate::ruler::api::RulerConfig;
 use crate::ruler::check::{check_ruler_config, tenant_refusal};
 use crate::status::rules::{conditions, Verdict};
+use crate::telemetry::metrics::Metrics;
 
 /// Changes this close together make one pass.
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
+/// The status pass's name in the controller metrics.
+pub const CONTROLLER: &str = "rule-status";
+
 /// How soon a pass runs again when a write failed and no change comes.
 pub const RETRY: Duration = Duration::from_secs(10);
 
@@ -45,10 +49,20 @@ pub const RETRY: Duration = Duration::from_secs(10);
 type Settled = HashMap<BodyKey, String>;
 
 /// Runs until the term ends (its task is aborted) or the tap is dropped.
-pub async fn run(client: Client, caches: Caches, mut changes: UnboundedReceiver<()>) {
+pub async fn run(
+    client: Client,
+    caches: Caches,
+    metrics: Arc<Metrics>,
+    mut changes: UnboundedReceiver<()>,
+) {
     let mut settled = Settled::new();
     loop {
-        let written = pass(&client, &caches, &mut settled).await;
+        let started = std::time::Instant::now();
+        let written = {
+            let _running = metrics.worker(CONTROLLER);
+            pass(&client, &caches, &mut settled).await
+        };
+        metrics.reconciled(CONTROLLER, written, started.elapsed());
         let next = async {
             if written {
                 changes.recv().await

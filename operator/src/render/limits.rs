@@ -239,6 +239,14 @@ pub fn global(size: LokiStackSize, limits: Option<&LimitsSpec>) -> Value {
     out
 }
 
+/// The ingestion rate every tenant gets, in megabytes per second (Loki's
+/// `ingestion_rate_mb`, which it reads as MiB): the one `global` renders.
+pub fn global_ingestion_rate_mb(size: LokiStackSize, limits: Option<&LimitsSpec>) -> Option<i64> {
+    global(size, limits)
+        .get("ingestion_rate_mb")
+        .and_then(Value::as_i64)
+}
+
 /// The runtime overrides, one entry per tenant.
 pub fn tenant_overrides(limits: Option<&LimitsSpec>) -> Value {
     let tenants = limits.map(|l| &l.tenants);

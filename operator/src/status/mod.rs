@@ -19,7 +19,7 @@ use crate::model::api::{
     ZoneStatus,
 };
 use crate::model::conditions::{pod_phase, status_str, ConditionType, PodPhase, Reason};
-use crate::model::defaults::{Component, EffectiveStack};
+use crate::model::defaults::{self, Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::names;
 use crate::model::pods::{component_of, is_zone_aware};
@@ -468,6 +468,7 @@ fn warnings(
         out.push((Reason::InvalidAnnotation, format!("{a}. Fix or remove it")));
     }
     // Advice about the layout, not about something happening now: last.
+    out.extend(defaults::advisories(&intent.eff));
     if let Some(z) = intent
         .findings
         .zone
@@ -909,6 +910,36 @@ mod tests {
         assert_eq!(ing["Running"], vec!["i-1"]);
         assert_eq!(ing["Pending"], vec!["i-2"]);
         assert_eq!(c[&Component::Distributor]["Failed"], vec!["d-0"]);
+    }
+
+    /// The Go Loki Operator's two Warnings, under its reasons, after ours.
+    #[test]
+    fn an_old_schema_and_too_few_ingesters_are_warnings_under_the_go_reasons() {
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.replication_factor = Some(3);
+        let s = stack("s", spec);
+        let eff = effective(&s.spec);
+        let plan = plan_with(&s, None);
+        let snap = snapshot_with(all_ready_pods(&eff));
+        let st = computed(&s, &snap, &plan, &applied());
+        assert_eq!(cond(&st, ConditionType::Ready).status, "True");
+        let w = cond(&st, ConditionType::Warning);
+        assert_eq!(w.reason, "InsufficientIngesterReplicas", "{}", w.message);
+        assert!(
+            w.message.contains("3 ingester(s) for replication factor 3"),
+            "{}",
+            w.message
+        );
+        let mut spec = stack_spec(LokiStackSize::Small);
+        spec.storage.schemas = vec![crate::model::api::ObjectStorageSchema {
+            version: crate::model::api::ObjectStorageSchemaVersion::V12,
+            effective_date: "2023-01-01".into(),
+        }];
+        let s = stack("s", spec);
+        let st = computed(&s, &snap, &plan_with(&s, None), &applied());
+        let w = cond(&st, ConditionType::Warning);
+        assert_eq!(w.reason, "StorageNeedsSchemaUpdate", "{}", w.message);
+        assert!(w.message.contains("add a v13 period"), "{}", w.message);
     }
 
     #[test]

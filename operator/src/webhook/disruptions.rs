@@ -40,15 +40,28 @@ pub(super) async fn zone_disruptions(State(hook): State<Hook>, body: Bytes) -> R
                 Metrics::count(&hook.metrics.webhook_evictions, "internal_error", 1);
                 Answer::Decided(refuse(&req, format!("the zone-disruption webhook failed on evicting pod {}/{} (an operator bug: see its log); retry in a few seconds", req.namespace.as_deref().unwrap_or_default(), req.name)))
             }),
-        Err(r) => return *r,
+        Err(r) => {
+            hook.metrics.webhook_request(
+                names::WEBHOOK_PATH_ZONE_DISRUPTIONS,
+                r.status().as_u16(),
+                started.elapsed(),
+            );
+            return *r;
+        }
     };
     hook.metrics
         .webhook_duration
         .observe(started.elapsed().as_secs_f64());
-    match answer {
+    let response = match answer {
         Answer::Decided(response) => reply(response),
         Answer::NotLeader(response) => closing(reply(response)),
-    }
+    };
+    hook.metrics.webhook_request(
+        names::WEBHOOK_PATH_ZONE_DISRUPTIONS,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
 }
 
 /// What this replica answers to one eviction.

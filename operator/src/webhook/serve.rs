@@ -175,13 +175,19 @@ async fn mark_ready(caches: Caches, slot: Arc<CertSlot>, ready: Arc<AtomicBool>)
 async fn zone_at_bind(State(hook): State<Hook>, body: Bytes) -> Response {
     let started = Instant::now();
     let response = match request::<Binding>(&body) {
-        Ok(req) => hook.answer(&req).await,
-        Err(r) => return *r,
+        Ok(req) => reply(hook.answer(&req).await),
+        Err(r) => *r,
     };
     hook.metrics
         .webhook_duration
         .observe(started.elapsed().as_secs_f64());
-    reply(response)
+    // controller-runtime labels a webhook by its path.
+    hook.metrics.webhook_request(
+        names::WEBHOOK_PATH_ZONE_AT_BIND,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
 }
 
 impl Hook {
