@@ -340,6 +340,21 @@ async fn zone_aware_small_stack_spreads_over_three_zones(env: &mut Env) -> Resul
             "{name}: no init container"
         );
     }
+    // Zone-local routing of the entry Services is gated on the server's version (unit
+    // tests per version in render_tests.rs): this control plane is 1.20, older than
+    // topology-aware hints (1.23), so nothing is asked. The stack getting Ready above
+    // also shows the apply sent no trafficDistribution, which 1.20 refuses.
+    for svc in ["zones-distributor-http", "zones-query-frontend-http"] {
+        let s = Api::<Service>::namespaced(env.admin.clone(), ns)
+            .get(svc)
+            .await?;
+        let asked: Vec<&String> = s
+            .annotations()
+            .keys()
+            .filter(|k| k.starts_with("service.kubernetes.io/topology"))
+            .collect();
+        ensure!(asked.is_empty(), "{svc}: {asked:?} on a 1.20 server");
+    }
     let nodes = nodes_by_name(env).await?;
     let pods = Api::<Pod>::namespaced(env.admin.clone(), ns)
         .list(&ListParams::default())

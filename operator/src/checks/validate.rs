@@ -101,6 +101,23 @@ pub fn zone_aware_evictions(
     }
 }
 
+/// Whether a zone-aware stack's entry Services keep traffic in the client's zone, from
+/// its annotations ([`names::ANNOTATION_ZONE_LOCAL_SERVICES`]): on unless `"false"`. Any
+/// other value keeps it on and is an error to report.
+pub fn zone_local_services(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<bool, String> {
+    match annotations.and_then(|a| a.get(names::ANNOTATION_ZONE_LOCAL_SERVICES)) {
+        None => Ok(true),
+        Some(v) if v == "true" => Ok(true),
+        Some(v) if v == "false" => Ok(false),
+        Some(v) => Err(format!(
+            "annotation {}: {v:?} is neither \"true\" nor \"false\"; the entry Services stay zone-local",
+            names::ANNOTATION_ZONE_LOCAL_SERVICES
+        )),
+    }
+}
+
 /// `RULE_NAME_DNS_LABEL`: a lowercase letter, then lowercase letters, digits and `-`,
 /// ending with a letter or digit.
 fn is_dns_label(name: &str) -> bool {

@@ -14,7 +14,7 @@ use kube::ResourceExt;
 
 use crate::caches::rules::{decode, RuleKind};
 use crate::checks::fields;
-use crate::checks::validate::validate_stack;
+use crate::checks::validate::{validate_stack, zone_local_services};
 use crate::checks::zones::{self, ZoneCheck};
 use crate::model::api::LokiStack;
 use crate::model::defaults::{effective, EffectiveStack, RulerInput};
@@ -410,10 +410,13 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
     validate_stack(&stack).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
     let (store, unresolved) = store(req, &stack)?;
     let (ruler, rule_notes) = ruler_input(req, &stack)?;
+    let base = effective(&stack.spec);
     let eff = EffectiveStack {
         store,
         ruler,
-        ..effective(&stack.spec)
+        zone_local_services: base.zone_local_services
+            && zone_local_services(stack.metadata.annotations.as_ref()) != Ok(false),
+        ..base
     };
     let mut report = None;
     if let Some(nodes_file) = &req.nodes_file {

@@ -180,6 +180,10 @@ pub struct EffectiveStack {
     /// stateless components are kept out of on servers whose spread constraints do not
     /// honour taints; set by the plan.
     pub avoid_zones: Vec<String>,
+    /// The entry Services (distributor and query-frontend HTTP) ask Kubernetes to keep a
+    /// client's traffic in its zone: on for zone-aware stacks unless their annotation
+    /// ([`names::ANNOTATION_ZONE_LOCAL_SERVICES`]) says `"false"`; set by the plan.
+    pub zone_local_services: bool,
     /// How many ingesters the PodDisruptionBudget lets go at once: 1, unless the
     /// zone-disruption webhook decides the stack's evictions, when it is the per-zone
     /// maximum; set by the plan.
@@ -408,6 +412,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         components,
         store: StoreParams::default(),
         avoid_zones: Vec::new(),
+        zone_local_services: zone_aware(spec),
         ingester_disruptions: 1,
         read_path_zone_aware: true,
         ruler: Default::default(),

@@ -80,6 +80,14 @@ pub const ANNOTATION_ZONE_READ_PATH_DELAY: &str = "loki.grafana.com/zone-read-pa
 /// PodDisruptionBudget limits a drain. The escape for a drain the webhook holds, e.g.
 /// behind an ingester that never gets Ready again in another zone.
 pub const ANNOTATION_ZONE_AWARE_EVICTIONS: &str = "loki.grafana.com/zone-aware-evictions";
+/// On a zone-aware LokiStack, `"false"` stops asking Kubernetes to keep the traffic of
+/// its entry Services (distributor and query-frontend HTTP) in the client's zone.
+pub const ANNOTATION_ZONE_LOCAL_SERVICES: &str = "loki.grafana.com/zone-local-services";
+/// Topology-aware hints, 1.23 to 1.26: the EndpointSlice controller gives each endpoint
+/// a zone hint, which kube-proxy follows.
+pub const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
+/// The same, under its name from 1.27 (the older one is deprecated).
+pub const ANNOTATION_TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
 
 /// The environment variable Loki expands into `common.ring.instance_availability_zone`.
 pub const ENV_ZONE: &str = "INSTANCE_AVAILABILITY_ZONE";

@@ -16,7 +16,7 @@ pub mod staging;
 
 use std::collections::BTreeSet;
 
-use crate::checks::validate::{validate_stack, zone_aware_evictions};
+use crate::checks::validate::{validate_stack, zone_aware_evictions, zone_local_services};
 use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
 use crate::intent::{Action, Findings, Intent, PlannedEvent, RuleFindings};
@@ -75,10 +75,13 @@ fn resolve(
         Err(e) => (StoreParams::default(), Some(e)),
     };
     let (ruler, rules) = rules::plan(stack, snapshot);
+    let base = effective(&stack.spec);
     let eff = EffectiveStack {
         store,
         ruler,
-        ..effective(&stack.spec)
+        zone_local_services: base.zone_local_services
+            && zone_local_services(stack.metadata.annotations.as_ref()) != Ok(false),
+        ..base
     };
     (eff, secret, rules)
 }
@@ -115,6 +118,7 @@ fn annotation_errors(stack: &LokiStack) -> Option<String> {
     let errors: Vec<String> = [
         staging::read_path_delay(stack).err(),
         zone_aware_evictions(stack.metadata.annotations.as_ref()).err(),
+        zone_local_services(stack.metadata.annotations.as_ref()).err(),
     ]
     .into_iter()
     .flatten()
@@ -487,6 +491,40 @@ mod tests {
         );
         let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
         assert!(p.held.is_empty());
+    }
+
+    /// `loki.grafana.com/zone-local-services`: "false" turns zone-local routing off for
+    /// the stack; any other value keeps it on and is reported.
+    #[test]
+    fn the_zone_local_services_annotation_switches_routing_and_reports_a_bad_value() {
+        let mut s = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
+        let snap = snapshot_for(&s);
+        let with = |s: &LokiStack| {
+            let p =
+                plan(s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+            (p.eff.zone_local_services, p.findings.annotation)
+        };
+        assert_eq!(with(&s), (true, None));
+        let annotate = |s: &mut LokiStack, v: &str| {
+            s.metadata.annotations = Some(
+                [(
+                    names::ANNOTATION_ZONE_LOCAL_SERVICES.to_string(),
+                    v.to_string(),
+                )]
+                .into(),
+            );
+        };
+        annotate(&mut s, "false");
+        assert_eq!(with(&s), (false, None));
+        annotate(&mut s, "off");
+        let (on, error) = with(&s);
+        assert!(on, "a value that is not \"false\" keeps routing on");
+        assert!(
+            error.as_deref().is_some_and(
+                |e| e.contains(names::ANNOTATION_ZONE_LOCAL_SERVICES) && e.contains("\"off\"")
+            ),
+            "{error:?}"
+        );
     }
 
     #[test]

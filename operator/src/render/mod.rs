@@ -138,6 +138,55 @@ pub struct ServerCapabilities {
     /// 1.30): the webhooks are then called only for the pods of zone-aware stacks (the
     /// disruption webhook: their ingesters), not every pod of their namespaces.
     pub webhook_match_conditions: bool,
+    /// How a Service asks for traffic to stay in the client's zone.
+    pub zone_local_routing: ZoneLocalRouting,
+}
+
+/// How a Service asks kube-proxy (or a service mesh reading the same fields) to prefer
+/// endpoints in the client's zone, by server version. Each falls back to every endpoint
+/// when the client's zone has none, so a lost zone never strands a client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZoneLocalRouting {
+    /// Before 1.23: nothing to ask.
+    None,
+    /// 1.23 to 1.26: `service.kubernetes.io/topology-aware-hints: auto`.
+    HintsAnnotation,
+    /// 1.27 to 1.30: `service.kubernetes.io/topology-mode: Auto`. The EndpointSlice
+    /// controller hints endpoints by zone only while every zone has enough of them for
+    /// its share of the nodes' CPU; otherwise it sets no hints and traffic goes anywhere.
+    TopologyMode,
+    /// 1.31 and later (1.30 behind its feature gate, which the server does not show):
+    /// `spec.trafficDistribution: PreferClose`, endpoints of the client's zone whenever
+    /// it has any, without the CPU-proportion safeguard.
+    TrafficDistribution,
+}
+
+impl ZoneLocalRouting {
+    fn for_version(at_least: impl Fn(u32) -> bool) -> ZoneLocalRouting {
+        if at_least(31) {
+            ZoneLocalRouting::TrafficDistribution
+        } else if at_least(27) {
+            ZoneLocalRouting::TopologyMode
+        } else if at_least(23) {
+            ZoneLocalRouting::HintsAnnotation
+        } else {
+            ZoneLocalRouting::None
+        }
+    }
+
+    /// The Service annotation and `trafficDistribution` value that ask for it.
+    fn fields(self) -> (Option<(&'static str, &'static str)>, Option<&'static str>) {
+        match self {
+            ZoneLocalRouting::None => (None, None),
+            ZoneLocalRouting::HintsAnnotation => {
+                (Some((names::ANNOTATION_TOPOLOGY_AWARE_HINTS, "auto")), None)
+            }
+            ZoneLocalRouting::TopologyMode => {
+                (Some((names::ANNOTATION_TOPOLOGY_MODE, "Auto")), None)
+            }
+            ZoneLocalRouting::TrafficDistribution => (None, Some("PreferClose")),
+        }
+    }
 }
 
 impl ServerCapabilities {
@@ -147,6 +196,7 @@ impl ServerCapabilities {
         pdb_v1: true,
         crd_cel_rules: true,
         webhook_match_conditions: true,
+        zone_local_routing: ZoneLocalRouting::TrafficDistribution,
     };
 
     pub fn for_version(major: u32, minor: u32) -> ServerCapabilities {
@@ -157,6 +207,7 @@ impl ServerCapabilities {
             pdb_v1: at_least(21),
             crd_cel_rules: at_least(25),
             webhook_match_conditions: at_least(28),
+            zone_local_routing: ZoneLocalRouting::for_version(at_least),
         }
     }
 
@@ -759,23 +810,34 @@ fn workload(
     }
 }
 
+/// How one Service is reached: its port, whether it is headless (resolves to the pods),
+/// publishes pods before they are Ready, and asks for zone-local routing.
+struct Reach<'a> {
+    port: (&'a str, i32),
+    headless: bool,
+    publish_not_ready: bool,
+    routing: ZoneLocalRouting,
+}
+
 fn service(
     stack: &LokiStack,
     name: String,
     labels: BTreeMap<String, String>,
     selector: BTreeMap<String, String>,
-    port: (&str, i32),
-    headless: bool,
-    publish_not_ready: bool,
+    reach: Reach<'_>,
 ) -> Result<Document, RenderError> {
+    let (annotation, traffic_distribution) = reach.routing.fields();
+    let annotations: Option<BTreeMap<&str, &str>> = annotation.map(|a| [a].into());
     let ctx = json!({
         "stack": stack_ctx(stack),
         "name": name,
         "labels": labels,
+        "annotations": annotations,
         "selector": selector,
-        "port": {"name": port.0, "port": port.1},
-        "headless": headless,
-        "publish_not_ready": publish_not_ready,
+        "port": {"name": reach.port.0, "port": reach.port.1},
+        "headless": reach.headless,
+        "publish_not_ready": reach.publish_not_ready,
+        "traffic_distribution": traffic_distribution,
     });
     document("service.yaml.tera", "Service", &ctx)
 }
@@ -961,9 +1023,12 @@ fn gossip_service(stack: &LokiStack, name: &str) -> Result<Document, RenderError
         names::gossip_service_name(name),
         common_labels(name),
         selector,
-        (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
-        true,
-        true,
+        Reach {
+            port: (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
+            headless: true,
+            publish_not_ready: true,
+            routing: ZoneLocalRouting::None,
+        },
     )
 }
 
@@ -984,24 +1049,40 @@ fn component_documents(
         _ => 1,
     };
     let pdb_ctx = json!({"stack": stack_ctx(stack), "name": comp.workload_name(name), "labels": labels, "selector": labels, "max_unavailable": max_unavailable});
+    // Clients dial these two through their ClusterIP: kube-proxy can keep a client's
+    // pushes and queries in its zone. The gRPC Services are headless (clients resolve
+    // every pod and pick themselves), and ring members dial each other by pod address,
+    // so nothing asked there would change a route.
+    let entry = matches!(comp, Component::Distributor | Component::QueryFrontend);
+    let routing = if entry && eff.zone_local_services {
+        shared.caps.zone_local_routing
+    } else {
+        ZoneLocalRouting::None
+    };
     Ok(vec![
         service(
             stack,
             comp.http_service_name(name),
             labels.clone(),
             labels.clone(),
-            http,
-            false,
-            false,
+            Reach {
+                port: http,
+                headless: false,
+                publish_not_ready: false,
+                routing,
+            },
         )?,
         service(
             stack,
             comp.grpc_service_name(name),
             labels.clone(),
             labels.clone(),
-            grpc,
-            true,
-            false,
+            Reach {
+                port: grpc,
+                headless: true,
+                publish_not_ready: false,
+                routing: ZoneLocalRouting::None,
+            },
         )?,
         workload(stack, name, eff, c, shared)?,
         document("pdb.yaml.tera", "PodDisruptionBudget", &pdb_ctx)?,

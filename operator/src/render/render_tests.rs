@@ -339,6 +339,7 @@ const ZONE_TRACES: &[&str] = &[
     "ScheduleAnyway",
     "kubernetes.io/hostname",
     "OnDelete",
+    "trafficDistribution",
 ];
 
 #[test]
@@ -473,6 +474,72 @@ fn removing_zones_removes_every_zone_piece() {
     for t in ZONE_TRACES {
         assert!(!after.contains(t), "{t} left after zones were removed");
     }
+}
+
+/// The zone-local routing each entry Service asks for, by Service name.
+fn service_routing(children: &[Child]) -> Vec<(String, Option<String>, Option<String>)> {
+    children
+        .iter()
+        .filter_map(|c| match c {
+            Child::Service(s) => Some((
+                s.metadata.name.clone().unwrap_or_default(),
+                s.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.iter().next())
+                    .map(|(k, v)| format!("{k}={v}")),
+                s.spec.as_ref().and_then(|s| s.traffic_distribution.clone()),
+            )),
+            _ => None,
+        })
+        .filter(|(_, a, t)| a.is_some() || t.is_some())
+        .collect()
+}
+
+#[test]
+fn entry_services_of_zone_aware_stacks_ask_for_zone_local_routing_by_server_version() {
+    let zoned = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
+    let entry = |a: Option<&str>, t: Option<&str>| {
+        ["s-distributor-http", "s-query-frontend-http"]
+            .map(|n| (n.to_string(), a.map(str::to_string), t.map(str::to_string)))
+            .to_vec()
+    };
+    let hints = "service.kubernetes.io/topology-aware-hints=auto";
+    let mode = "service.kubernetes.io/topology-mode=Auto";
+    for (minor, want) in [
+        // 1.20, the e2e control plane: nothing, since the server would refuse the field.
+        (20, vec![]),
+        (22, vec![]),
+        (23, entry(Some(hints), None)),
+        (26, entry(Some(hints), None)),
+        (27, entry(Some(mode), None)),
+        (30, entry(Some(mode), None)),
+        (31, entry(None, Some("PreferClose"))),
+        (33, entry(None, Some("PreferClose"))),
+    ] {
+        let caps = ServerCapabilities::for_version(1, minor);
+        assert_eq!(
+            service_routing(&render_stack(&zoned, caps)),
+            want,
+            "1.{minor}"
+        );
+    }
+    // A stack without zones, or one switched off by the plan, asks for nothing.
+    let plain = stack("s", stack_spec(LokiStackSize::Small));
+    assert_eq!(
+        service_routing(&render_stack(&plain, ServerCapabilities::MODERN)),
+        vec![]
+    );
+    let mut eff = effective(&zoned.spec);
+    assert!(eff.zone_local_services);
+    eff.zone_local_services = false;
+    let off = render(
+        &RenderInput::new(&zoned, eff),
+        &Settings::default(),
+        &ServerCapabilities::MODERN,
+    )
+    .expect("render");
+    assert_eq!(service_routing(&off), vec![]);
 }
 
 fn config_of(s: &LokiStack) -> Value {
