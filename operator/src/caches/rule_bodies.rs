@@ -472,66 +472,6 @@ pub fn spawn(
     })
 }
 
-/// The metadata caches of the rule kinds, fed by hand from what a fake cluster stores
-/// (it feeds no rule cache itself).
-#[cfg(test)]
-pub(crate) struct RuleFeeds {
-    writers: BTreeMap<RuleKind, crate::caches::scope::ScopedWriter<RuleMeta>>,
-}
-
-#[cfg(test)]
-impl RuleFeeds {
-    /// Listed, empty caches of every kind, and the feeds that fill them.
-    pub(crate) fn new() -> (RuleFeeds, crate::caches::rules::RuleCaches) {
-        use kube::runtime::watcher::Event;
-        let mut writers = BTreeMap::new();
-        let mut caches = crate::caches::rules::RuleCaches::default();
-        for kind in RuleKind::ALL {
-            let mut w = crate::caches::scope::ScopedWriter::new(
-                kind.resource(),
-                [None],
-                crate::caches::index::unindexed,
-            );
-            w.apply(None, &Event::Init);
-            w.apply(None, &Event::InitDone);
-            caches.stores.insert(kind, w.reader());
-            writers.insert(kind, w);
-        }
-        (RuleFeeds { writers }, caches)
-    }
-
-    /// The object's metadata as `fake` stores it now, stripped as the watch strips it.
-    pub(crate) fn sync(
-        &mut self,
-        fake: &crate::testing::cluster::FakeCluster,
-        kind: RuleKind,
-        ns: &str,
-        name: &str,
-    ) {
-        use kube::runtime::watcher::Event;
-        let w = self.writers.get_mut(&kind).expect("kind");
-        let stored = fake.get(&crate::testing::cluster::key(
-            &kind.resource(),
-            Some(ns),
-            name,
-        ));
-        match stored {
-            Some(v) => {
-                let mut m: RuleMeta = serde_json::from_value(v).expect("metadata");
-                crate::caches::rule_kinds::strip_meta(&mut m);
-                w.apply(None, &Event::Apply(m));
-            }
-            None => {
-                let m: RuleMeta = serde_json::from_value(
-                    serde_json::json!({"metadata": {"name": name, "namespace": ns}}),
-                )
-                .expect("metadata");
-                w.apply(None, &Event::Delete(m));
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,6 +479,7 @@ mod tests {
     use crate::caches::scope::ScopedWriter;
     use crate::render::ServerCapabilities;
     use crate::testing::cluster::{key, FakeCluster};
+    use crate::testing::rules::RuleFeeds;
     use kube::runtime::watcher::Event;
     use serde_json::{json, Value};
 

@@ -593,7 +593,7 @@ fn owned_statefulsets(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caches::rule_bodies::RuleFeeds;
+    use crate::testing::rules::RuleFeeds;
     use crate::caches::taps::Taps;
     use crate::render::ServerCapabilities;
     use crate::testing::cluster::FakeCluster;

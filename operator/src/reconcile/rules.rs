@@ -227,7 +227,7 @@ async fn pass(client: &Client, caches: &Caches, settled: &mut Settled) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caches::rule_bodies::RuleFeeds;
+    use crate::testing::rules::RuleFeeds;
     use crate::caches::taps::Taps;
     use crate::render::ServerCapabilities;
     use crate::testing::cluster::{key, FakeCluster};

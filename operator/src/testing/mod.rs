@@ -2,6 +2,7 @@
 //! (`cluster.rs`).
 
 pub mod cluster;
+pub mod rules;
 
 use std::collections::BTreeMap;
 
