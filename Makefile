@@ -36,6 +36,10 @@ REAL_NODE_MISSING := target/e2e-real.missing
 # rust targets: hack/release-check.sh).
 RELEASE_MISSING := target/release.missing
 
+# Why promtool (the alert rule checks of tests/monitoring.rs) is missing, when it is (not
+# root, no apt: hack/promtool.sh).
+PROMTOOL_MISSING := target/promtool.missing
+
 .PHONY: test
 # One build of everything, never edited in place: incremental caches would only add
 # gigabytes to a CI machine's disk.
@@ -51,6 +55,9 @@ test: ## Unit, integration and end-to-end tests (what CI runs); builds the curre
 	else echo "make test: the CRD admission table ran against the current API server (the 'admission:' line above)"; fi
 	@if [ -s target/upgrade.missing ]; then \
 	  echo "!! make test: the upgrade from the previous release did NOT run: $$(cat target/upgrade.missing)"; fi
+	@if [ -s $(PROMTOOL_MISSING) ]; then \
+	  echo "!! make test: promtool's alert rule checks (check rules, test rules of tests/promtool, the Go operator's alerts on our series) did NOT run: $$(cat $(PROMTOOL_MISSING))"; \
+	else echo "make test: promtool checked the alert rules, fired and silenced every alert (tests/promtool) and ran the Go operator's alerts on our series"; fi
 	@if [ -s $(RELEASE_MISSING) ]; then \
 	  echo "!! make test: the release check (make release twice, same digests; arm64 = amd64) did NOT run: $$(cat $(RELEASE_MISSING))"; \
 	else echo "make test: make release ran twice and gave the same digests (above)"; fi
@@ -74,8 +81,17 @@ apiextensions-or-why:
 	  echo "!! $$(cat $(APIEXT_MISSING))- the CRD admission check will NOT run" >&2; }
 
 .PHONY: unit
-unit: ## Unit and integration tests (no cluster needed; the admission check needs `make apiextensions` once)
-	$(CARGO) test --locked --workspace
+unit: promtool-or-why ## Unit and integration tests (no cluster needed; the admission check needs `make apiextensions` once; promtool is installed with apt as root)
+	LZO_PROMTOOL_UNAVAILABLE="$$(cat $(PROMTOOL_MISSING) 2>/dev/null)" $(CARGO) test --locked --workspace
+
+# Installs promtool (Debian's prometheus package) if it can; if it cannot (not root, no
+# apt), records why, so that the rule tests and the end of `make test` say so, and
+# carries on.
+.PHONY: promtool-or-why
+promtool-or-why:
+	@mkdir -p target && rm -f $(PROMTOOL_MISSING)
+	@if ! why=$$(bash hack/promtool.sh); then echo "$$why" > $(PROMTOOL_MISSING); \
+	  echo "!! $$why - promtool's alert rule checks will NOT run" >&2; fi
 
 .PHONY: e2e
 e2e: build ## End-to-end suite on a local Kubernetes control plane (built once, cached in ~/.cache)
