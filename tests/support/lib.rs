@@ -8,6 +8,7 @@ pub mod harness;
 pub mod nodesim;
 pub mod operator;
 pub mod proxy;
+pub mod scrape;
 
 use std::path::PathBuf;
 
