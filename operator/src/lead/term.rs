@@ -90,6 +90,10 @@ pub struct Term {
     tasks: JoinSet<()>,
     taps: Taps,
     leader_view: LeaderView,
+    /// The per-stack series are the leader's: a replica that stepped down must not go on
+    /// exporting the last it saw (both replicas are scraped, and a zone alert would stay
+    /// firing after the zone returned).
+    metrics: Arc<Metrics>,
 }
 
 impl Term {
@@ -143,6 +147,7 @@ impl Term {
             tasks,
             taps: p.taps.clone(),
             leader_view: p.leader_view.clone(),
+            metrics: p.metrics.clone(),
         }
     }
 
@@ -170,6 +175,8 @@ impl Term {
             let _ = c.await;
         }
         while self.tasks.join_next().await.is_some() {}
+        // Only now: a reconcile aborted above can no longer write them back.
+        self.metrics.forget_stacks();
         info!("leadership term ended: every task of the leader has stopped");
     }
 
@@ -357,7 +364,22 @@ mod tests {
             );
         }
         assert!(cluster.taps.stacks.is_attached() && cluster.taps.zone_aware_pods.is_attached());
+        let stack_series = |m: &Metrics| {
+            m.encode()
+                .lines()
+                .filter(|l| l.contains("stack_name=\"s\""))
+                .count()
+        };
+        assert!(
+            stack_series(&parts.metrics) > 0,
+            "the leader exports the stack"
+        );
         term.end().await;
+        assert_eq!(
+            stack_series(&parts.metrics),
+            0,
+            "a replica that stepped down exports no stack's series"
+        );
         assert!(
             !cluster.taps.stacks.is_attached(),
             "the controller's tap is detached"

@@ -593,10 +593,10 @@ fn owned_statefulsets(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::rules::RuleFeeds;
     use crate::caches::taps::Taps;
     use crate::render::ServerCapabilities;
     use crate::testing::cluster::FakeCluster;
+    use crate::testing::rules::RuleFeeds;
     use serde_json::json;
 
     /// A stack `ns/s` picking rules labelled `pick: yes`, an AlertingRule it picks and its

@@ -227,10 +227,10 @@ async fn pass(client: &Client, caches: &Caches, settled: &mut Settled) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::rules::RuleFeeds;
     use crate::caches::taps::Taps;
     use crate::render::ServerCapabilities;
     use crate::testing::cluster::{key, FakeCluster};
+    use crate::testing::rules::RuleFeeds;
     use serde_json::{json, Value};
 
     fn rule(name: &str, labels: Value, expr: &str) -> Value {

@@ -729,6 +729,11 @@ impl Metrics {
         }
     }
 
+    /// Removes every stack's series: this replica no longer leads.
+    pub fn forget_stacks(&self) {
+        self.retain(&std::collections::HashSet::new());
+    }
+
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
