@@ -1450,6 +1450,7 @@ fn optional_pieces_are_components() {
         vec![
             "high-availability",
             "monitoring",
+            "monitoring-loki-mixin",
             "namespaced",
             "single-replica",
             "zone-outage-recovery"
