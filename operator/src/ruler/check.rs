@@ -112,8 +112,59 @@ struct RuleView<'a> {
     name: Option<&'a str>,
     expr: &'a str,
     for_: Option<&'a str>,
+    labels: &'a BTreeMap<String, String>,
+    /// An alert's; recording rules have none.
+    annotations: Option<&'a BTreeMap<String, String>>,
     /// Compared for duplicates: the rule's serialized form.
     identity: String,
+}
+
+/// Prometheus' legacy metric name, which Loki's ruler requires of a record.
+fn is_metric_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// Prometheus' legacy label name, which Loki's ruler requires of label and annotation
+/// names.
+fn is_label_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// What Loki's ruler refuses in a rule's names (its `validateRule`): one refused rule
+/// keeps its whole file from loading.
+fn check_names(errors: &mut Vec<FieldError>, at: &str, rule: &RuleView<'_>) {
+    if rule.name_field == "record" {
+        if let Some(name) = rule.name.filter(|n| !n.is_empty() && !is_metric_name(n)) {
+            errors.push(err(
+                format!("{at}.record"),
+                format!("{name:?} is not a metric name: letters, digits, '_' and ':', not starting with a digit"),
+            ));
+        }
+    }
+    for name in rule.labels.keys() {
+        if !is_label_name(name) || name == "__name__" {
+            errors.push(err(
+                format!("{at}.labels"),
+                format!("{name:?} is not a label name: letters, digits and '_', not starting with a digit, and not __name__"),
+            ));
+        }
+    }
+    for name in rule.annotations.into_iter().flat_map(BTreeMap::keys) {
+        if !is_label_name(name) {
+            errors.push(err(
+                format!("{at}.annotations"),
+                format!("{name:?} is not an annotation name: letters, digits and '_', not starting with a digit"),
+            ));
+        }
+    }
 }
 
 struct GroupView<'a> {
@@ -154,6 +205,7 @@ fn check_groups(tenant: &str, groups: &[GroupView<'_>]) -> Vec<FieldError> {
             if let Some(f) = rule.for_ {
                 duration(&mut errors, format!("{at}.for"), f);
             }
+            check_names(&mut errors, &at, rule);
             if let Err(e) = check_metric_expr(rule.expr) {
                 errors.push(err(format!("{at}.expr"), e.to_string()));
             }
@@ -190,6 +242,8 @@ pub fn check_alerting_rule(spec: &AlertingRuleSpec) -> Vec<FieldError> {
                     name: r.alert.as_deref(),
                     expr: &r.expr,
                     for_: r.for_.as_deref(),
+                    labels: &r.labels,
+                    annotations: Some(&r.annotations),
                     identity: identity(r),
                 })
                 .collect(),
@@ -213,6 +267,8 @@ pub fn check_recording_rule(spec: &RecordingRuleSpec) -> Vec<FieldError> {
                     name: r.record.as_deref(),
                     expr: &r.expr,
                     for_: None,
+                    labels: &r.labels,
+                    annotations: None,
                     identity: identity(r),
                 })
                 .collect(),
@@ -448,6 +504,43 @@ mod tests {
         assert!(errors[5].message.contains("log query"), "{}", errors[5]);
         assert!(tenant_error("..").is_some() && tenant_error("a/b").is_some());
         assert!(tenant_error("team-a_(prod)").is_none());
+    }
+
+    /// Names Loki's ruler refuses, which would keep the rule's whole file from loading.
+    #[test]
+    fn names_loki_refuses_are_named() {
+        let spec = alerting(json!({"tenantID": "t", "groups": [{"name": "g", "rules": [
+            {"alert": "A", "expr": EXPR, "labels": {"severity": "x", "team-name": "a", "__name__": "b"},
+             "annotations": {"summary": "s", "run book": "u"}},
+            {"alert": "B", "expr": EXPR, "labels": {"_ok": "1", "ok_2": "2"}, "annotations": {"_x": ""}},
+        ]}]}));
+        let errors = check_alerting_rule(&spec);
+        assert_eq!(
+            fields(&errors),
+            [
+                "spec.groups[0].rules[0].labels",
+                "spec.groups[0].rules[0].labels",
+                "spec.groups[0].rules[0].annotations",
+            ],
+            "{errors:#?}"
+        );
+        assert!(errors[1].message.contains("\"team-name\""), "{}", errors[1]);
+        let spec: RecordingRuleSpec = serde_json::from_value(json!({"tenantID": "t", "groups": [
+            {"name": "g", "rules": [
+                {"record": "job:rate-5m", "expr": "rate({a=\"b\"}[5m])"},
+                {"record": "1st", "expr": "rate({a=\"b\"}[5m])"},
+                {"record": ":ok:rate5m", "expr": "rate({a=\"b\"}[5m])", "labels": {"9": "x"}},
+            ]}
+        ]}))
+        .expect("spec");
+        assert_eq!(
+            fields(&check_recording_rule(&spec)),
+            [
+                "spec.groups[0].rules[0].record",
+                "spec.groups[0].rules[1].record",
+                "spec.groups[0].rules[2].labels",
+            ]
+        );
     }
 
     #[test]
