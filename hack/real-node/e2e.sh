@@ -9,7 +9,12 @@
 # init container (the same image, pulled by digest). Then the documented uninstall keeps
 # the CRDs and the stack; `make deploy` with a namePrefix and another namespace, and no
 # Rust toolchain on PATH, installs again; and a drain of an ingester's node goes through
-# the eviction webhook behind the prefixed Service. `make e2e-real` runs it (root).
+# the eviction webhook behind the prefixed Service. A real Prometheus (Debian's 2.42) in
+# the test's network namespace scrapes the operator and the Loki pods through the
+# monitoring component's ServiceMonitors, translated into its scrape configuration
+# (prometheus.sh): the targets are up, the zone alert fires when a zone stops and
+# resolves when it returns, and every dashboard query returns data. `make e2e-real` runs
+# it (root).
 #
 #   sudo hack/real-node/e2e.sh
 #
@@ -23,6 +28,7 @@
 #                        loki.sh runs (S3 server, every component Ready, lines pushed, a
 #                        zone stopped, a surviving ingester restarted, every line back)
 #   TIMEOUT=SECONDS      per wait (default 300)
+#   PROMETHEUS=0         leave out the Prometheus checks (prometheus.sh)
 #   KEEP=1               stay up at the end until Enter (or SIGTERM)
 #
 # Exits non-zero, naming each failed assertion, if anything fails. Tears everything
@@ -90,6 +96,8 @@ export CLUSTER_DNS=${CLUSTER_DNS:-1}
 t=$(now)
 # shellcheck source=hack/real-node/lib.sh
 source "$repo/hack/real-node/lib.sh"
+# shellcheck source=hack/real-node/prometheus.sh
+source "$repo/hack/real-node/prometheus.sh"
 TIME[cluster]=$(secs "$t")
 WATCH_PID=
 cleanup() {
@@ -535,6 +543,14 @@ sleep 5
 now_uids=$(stack_uids)
 assert "the prefixed install renders what the first did: no pod of the stack recreated" [ "$now_uids" = "$uids_before" ]
 
+# A real Prometheus from here on, scraping this install through the monitoring
+# component's objects (prometheus.sh).
+if [ "${PROMETHEUS:-1}" = 1 ]; then
+  t_prom=$(now)
+  prom_start && prom_targets_check || fail "Prometheus did not start: its checks are left out"
+  PROM_ADDED=$(secs "$t_prom")
+fi
+
 # A drain of an ingester's node: kubectl evicts it, the API server asks the eviction
 # webhook behind the prefixed Service, which allows one zone's ingesters.
 # Evictions the leader decided to allow, summed over the replicas: `allowed`, or
@@ -587,6 +603,8 @@ $(sed 's/^/!!   /' <<<"$waiting")
 !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!
 
 EOF
+  t_prom=$(now)
+  prom_zone_outage_short
 else
   loki_image=$(jp -n "$STACK_NS" get deployment "$STACK-distributor" -o jsonpath='{.spec.template.spec.containers[0].image}')
   for n in "${names[@]}"; do
@@ -594,7 +612,14 @@ else
       in_node "$n" sh -c "ctr --address /run/containerd/containerd.sock -n k8s.io images ls -q | grep -Fx '$loki_image'"
   done
   loki_scenario
+  t_prom=$(now)
+  if [ -n "${LOKI_T_STOP:-}" ]; then
+    # The scenario stopped a zone and left it down: the alert, then the zone back.
+    prom_zone_outage_check "$LOKI_T_STOP" "$LOKI_DEAD_ZONE" loki_zone_return
+  fi
 fi
+prom_dashboards_check
+[ -z "${PROM_DIR:-}" ] || PROM_ADDED=$(awk -v a="${PROM_ADDED:-0}" -v b="$(secs "$t_prom")" 'BEGIN {printf "%.1f", a + b}')
 
 # ---------------------------------------------------------------- 9. figures
 ticks() { local s=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $s; }
@@ -643,6 +668,8 @@ TIME[total]=$(secs "$T_ALL")
   printf '  %-44s %8s s %6s MiB\n' "containerd shims (${#shim_pids[@]}, all nodes)" "$(cpu_s "${shim_pids[@]}")" "$(rss "${shim_pids[@]}")"
   printf '  %-44s %8s s %6s MiB\n' "operator replicas (${#op_pids[@]} processes)" "$(cpu_s "${op_pids[@]}")" "$(rss "${op_pids[@]}")"
   [ -z "${LOKI_IMAGE_ARCHIVE:-}" ] || loki_figures
+  prom_figures
+  [ -z "${PROM_DIR:-}" ] || printf '  %-44s %8s s\n' "added by the Prometheus checks (wall)" "${PROM_ADDED:-?}"
 } >&2
 
 if [ "$KEEP" = 1 ]; then

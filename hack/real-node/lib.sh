@@ -6,7 +6,10 @@
 # CLUSTER_DNS=1 starts a cluster DNS for the pods (cluster-dns.py).
 # Leaves for the caller: W (work dir), NS, BIN, KC, kubectl (a function, inside the
 # namespace), the PIDs (CP_PIDS/CP_NAMES, HOLDER, CONTAINERD, KUBELET), names (the
-# nodes), log, die, in_node, mntns_pids, cgroup_pids, t0 (API server start).
+# nodes), log, die, in_node, mntns_pids, cgroup_pids, t0 (API server start),
+# run_containerd and run_kubelet (start a node's daemons again after a test stopped
+# them: its mount namespace, cgroups and files are kept), and PROMETHEUS_TOKEN (a user
+# lzo-prometheus with no role yet, for a Prometheus's discovery).
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES=${NODES:-1}
@@ -20,6 +23,7 @@ NODE_NAMES=(node-a node-b node-c)
 APISERVER_IP=10.88.0.1
 API="https://$APISERVER_IP:6443"
 ADMIN_TOKEN=real-node-admin-token
+PROMETHEUS_TOKEN=
 DEMO_IMAGE=registry.invalid/lzo/demo:1
 
 log() { printf '[real-node %s] %s\n' "$(date +%T)" "$*" >&2; }
@@ -83,6 +87,7 @@ stop_pids() { # stop_pids SECONDS PID...
     [ $alive -eq 0 ] && return 0
     sleep 0.1
   done
+  log "still running ${t} s after SIGTERM, killed: $(ps -o pid=,comm= -p "$(IFS=,; echo "$*")" 2>/dev/null | tr -s ' \n' ' ')"
   kill -KILL "$@" 2>/dev/null || true
 }
 cgroup_pids() { # every PID in the node's cgroup tree
@@ -179,11 +184,14 @@ openssl genrsa -out "$W/cp/sa.key" 2048 2>/dev/null
   echo "$ADMIN_TOKEN,real-node-admin,real-node-admin,system:masters"
   # The built-in binding system:node-proxier names this user.
   echo "kube-proxy-token-$ID,system:kube-proxy,system:kube-proxy,"
+  # A Prometheus's discovery (prometheus.sh grants it what kube-prometheus-stack's does).
+  echo "prometheus-token-$ID,lzo-prometheus,lzo-prometheus,"
   for ((i = 0; i < NODES; i++)); do
     n=${NODE_NAMES[$i]}
     echo "node-token-$ID-$n,system:node:$n,system:node:$n,system:nodes"
   done
 } >"$W/cp/tokens.csv"
+PROMETHEUS_TOKEN=prometheus-token-$ID
 kubeconfig() { # kubeconfig FILE USER TOKEN [SERVER]
   cat >"$1" <<KC
 apiVersion: v1
@@ -394,13 +402,7 @@ TOML
   sed -e "s#@CNI_CONF_DIR@#$d/cni#" -e "s/@RESTRICT_OOM@/$RESTRICT_OOM/" \
     -e "s/@LOG_LEVEL@/${CONTAINERD_LOG_LEVEL:-info}/" -e "s#@REGISTRY_CONFIG_DIR@#$d/certs.d#" \
     "$here/containerd.toml.in" >"$d/containerd.toml"
-  setsid nsenter -t "${HOLDER[$n]}" -m -n containerd --config "$d/containerd.toml" \
-    </dev/null >"$W/logs/containerd-$n.log" 2>&1 &
-  CONTAINERD[$n]=$!
-  for _ in $(seq 100); do
-    in_node "$n" ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
-    sleep 0.2
-  done
+  run_containerd "$n"
   local img
   for img in "$W/images/pause.tar" "$W/images/demo.tar" ${OPERATOR_IMAGE:+"$OPERATOR_IMAGE"} \
     ${EXTRA_IMAGES[@]+"${EXTRA_IMAGES[@]}"}; do
@@ -448,13 +450,33 @@ nodeLeaseDurationSeconds: 8
 nodeStatusUpdateFrequency: 2s
 volumePluginDir: /var/lib/kubelet/volumeplugins
 KCFG
-  setsid nsenter -t "${HOLDER[$n]}" -m -n "$BIN/kubelet" --config="$d/kubelet.yaml" \
-    --kubeconfig="$d/kubelet.kubeconfig" --hostname-override="$n" --node-ip="$ip" \
-    --container-runtime=remote --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
-    --node-labels="topology.kubernetes.io/zone=$zone" --v="${KUBELET_V:-1}" \
-    </dev/null >"$W/logs/kubelet-$n.log" 2>&1 &
-  KUBELET[$n]=$!
+  run_kubelet "$n"
   log "$n ($zone, $ip): containerd ${CONTAINERD[$n]}, kubelet ${KUBELET[$n]}"
+}
+
+# The node's containerd, in its mount namespace; returns once it answers. Logs append,
+# so a restart keeps the first run's.
+run_containerd() { # run_containerd NODE
+  local n=$1
+  setsid nsenter -t "${HOLDER[$n]}" -m -n containerd --config "$W/nodes/$n/containerd.toml" \
+    </dev/null >>"$W/logs/containerd-$n.log" 2>&1 &
+  CONTAINERD[$n]=$!
+  for _ in $(seq 100); do
+    in_node "$n" ctr --address /run/containerd/containerd.sock version >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+}
+
+# The node's kubelet, with the configuration start_node wrote.
+run_kubelet() { # run_kubelet NODE
+  local n=$1 d="$W/nodes/$1" i
+  for i in "${!NODE_NAMES[@]}"; do [ "${NODE_NAMES[$i]}" = "$n" ] && break; done
+  setsid nsenter -t "${HOLDER[$n]}" -m -n "$BIN/kubelet" --config="$d/kubelet.yaml" \
+    --kubeconfig="$d/kubelet.kubeconfig" --hostname-override="$n" --node-ip="10.89.0.$((i + 1))" \
+    --container-runtime=remote --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
+    --node-labels="topology.kubernetes.io/zone=zone-${n#node-}" --v="${KUBELET_V:-1}" \
+    </dev/null >>"$W/logs/kubelet-$n.log" 2>&1 &
+  KUBELET[$n]=$!
 }
 
 t_nodes=$(date +%s.%N)

@@ -8,7 +8,11 @@
 #                  (kubelet, containerd, every container; its addresses dropped), lines
 #                  pushed during the outage, a surviving ingester restarted and Ready,
 #                  lines pushed again, every line queried back, and the surviving
-#                  ingesters' chunks flushed to the bucket.
+#                  ingesters' chunks flushed to the bucket. The zone stays down: its stop
+#                  time and zone are left in LOKI_T_STOP and LOKI_DEAD_ZONE
+#   loki_zone_return  the stopped zone back: its traffic let through, containerd and the
+#                  kubelet started again (prometheus.sh's outage check calls it once the
+#                  zone alert fired)
 #
 # Object storage: moto's S3 server (PyPI `moto[server]`, in memory), in the test's network
 # namespace on the bridge address, outside every zone, as a regional S3 bucket is. A
@@ -147,17 +151,26 @@ for s in json.load(sys.stdin)["shards"]:
     assert "$pod is ACTIVE in the ring with zone $zone: $(awk -v p="$pod" '$1 == p {print $2, $3}' <<<"$ring")" \
       [ "$(awk -v p="$pod" '$1 == p {print $2, $3}' <<<"$ring")" = "$zone ACTIVE" ]
   done <<<"$pods"
+  # Prometheus (prometheus.sh): every one of these pods scraped, under its job and zone.
+  prom_loki_targets_check
 
   # ---- 3. lines before the outage
   loki_push before-outage
 
   # ---- 4. one zone stopped: the zone of a node that runs neither the compactor nor the
-  # index gateway (one replica each in 1x.demo: losing them is another scenario).
-  local dead="" cand
+  # index gateway (one replica each in 1x.demo: losing them is another scenario), and if
+  # there is a choice not the operator's leader either: the zone alert's series are the
+  # leader's, and a new leader's are new series, whose for: starts again (said below).
+  local dead="" cand leader_node
+  leader_node=$(jp -n "$OP_NS" get pod "$(holder)" -o jsonpath='{.spec.nodeName}')
   for cand in "${names[@]}"; do
     awk -v n="$cand" '$2 == n && ($6 == "compactor" || $6 == "index-gateway")' <<<"$pods" | grep -q . && continue
+    [ -n "$dead" ] && [ "$cand" = "$leader_node" ] && continue
     dead=$cand
   done
+  if [ "$dead" = "$leader_node" ]; then
+    say "the zone to stop runs the operator's leader ($(holder) on $dead): a standby takes over, and the zone alert's for: counts from the new leader's series"
+  fi
   [ -n "$dead" ] || { fail "no node without the compactor and index gateway to stop"; return; }
   LOKI_DEAD_NODE=$dead
   local dead_zone=${NODE_ZONE[$dead]} dead_ip i
@@ -165,6 +178,8 @@ for s in json.load(sys.stdin)["shards"]:
   say "stopping zone $dead_zone: $dead's kubelet, containerd and every container (SIGKILL), and dropping traffic to and from $dead_ip and $dead_range; on it: $(awk -v n="$dead" '$2 == n {printf "%s ", $1}' <<<"$pods")"
   local t_out
   t_out=$(now)
+  LOKI_T_STOP=$t_out
+  LOKI_DEAD_ZONE=$dead_zone
   kill -KILL "${KUBELET[$dead]}" 2>/dev/null || true
   kill -KILL $(cgroup_pids "lzo-rn-$ID-$dead") 2>/dev/null || true
   kill -KILL "${CONTAINERD[$dead]}" 2>/dev/null || true
@@ -246,6 +261,19 @@ for s in json.load(sys.stdin)["shards"]:
   done
   assert "the surviving ingesters' flush wrote chunks of tenant $LOKI_TENANT to the bucket through Service minio: $before objects before, ${after:-?} after" \
     bash -c "[ '$before' != '?' ] && [ '$after' != '?' ] && [ '$after' -gt '$before' ]"
+}
+
+# The stopped zone back: the DROP rules out, containerd and the kubelet started again
+# (its mount namespace, cgroup root and files were kept; the kubelet registers again and
+# takes its pods back).
+loki_zone_return() {
+  local n=$LOKI_DEAD_NODE rule
+  say "bringing zone $LOKI_DEAD_ZONE back: $n's traffic let through, containerd and kubelet started again"
+  while rule=$(ip netns exec "$NS" iptables -S | grep -m1 'lzo-e2e-zone-down'); do
+    eval "ip netns exec \"\$NS\" iptables ${rule/-A /-D }"
+  done
+  run_containerd "$n"
+  run_kubelet "$n"
 }
 
 loki_figures() {
