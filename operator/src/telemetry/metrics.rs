@@ -288,7 +288,7 @@ impl Default for Metrics {
             Family::new_with_constructor(fine_seconds as fn() -> Histogram),
         );
         let r = root.sub_registry_with_prefix("loki_zone_operator");
-        Metrics {
+        let m = Metrics {
             reconciles: register(r, "reconciles", "Reconciles of LokiStacks, by result: ok, held_back, undecodable, or the step that failed (observe_failed, plan_failed, apply_failed, status_failed)", Family::default()),
             reconcile_duration: register(r, "reconcile_duration_seconds", "Duration of one reconcile", seconds()),
             annotations: register(r, "zone_annotations", "Zone annotations written by the pod annotator, by result", Family::default()),
@@ -325,7 +325,19 @@ impl Default for Metrics {
             webhook_latency,
             exported: Mutex::new(HashMap::new()),
             registry: root,
+        };
+        // Counters a dashboard or alert divides or graphs by label exist from the start,
+        // at 0: a series that appears only at its first event leaves panels empty and
+        // makes rate() miss that first event.
+        for path in ["bind", "annotator"] {
+            m.pods_zoned.get_or_create(&PathLabel {
+                path: path.to_string(),
+            });
         }
+        for result in ["written", "conflict", "failed", "pod_gone"] {
+            Metrics::count(&m.annotations, result, 0);
+        }
+        m
     }
 }
 
@@ -1165,6 +1177,19 @@ mod tests {
         let text = m.encode();
         assert!(!text.contains("state=\"Maintenance\""), "{text}");
         assert!(!text.contains("loki_zone_operator_rollout_pods{"), "{text}");
+    }
+
+    #[test]
+    fn the_zoning_counters_start_at_zero() {
+        let text = Metrics::default().encode();
+        for line in [
+            "loki_zone_operator_pods_zoned_total{path=\"bind\"} 0",
+            "loki_zone_operator_pods_zoned_total{path=\"annotator\"} 0",
+            "loki_zone_operator_zone_annotations_total{result=\"written\"} 0",
+            "loki_zone_operator_zone_annotations_total{result=\"failed\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
     }
 
     #[test]
