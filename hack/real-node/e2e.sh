@@ -517,6 +517,13 @@ namespace: $ACME_NS
 resources:
 - $(realpath --relative-to="$W/overlay" "$repo/manifests/operator")
 YAML
+# With the Loki image at hand the release pins it by digest; a user moving from
+# install.yaml to make deploy keeps that pin with the same `images:` entry, or every Loki
+# pod rolls to the tag. The check below (no pod recreated) holds only with it.
+loki_pin=$(awk '/name: RELATED_IMAGE_LOKI/ {getline; print $2}' dist/install.yaml)
+if [[ $loki_pin == *@sha256:* ]]; then
+  printf 'images:\n- name: %s\n  digest: %s\n' "${loki_pin%@*}" "${loki_pin##*@}" >>"$W/overlay/kustomization.yaml"
+fi
 nocargo=$(tr ':' '\n' <<<"$PATH" | while read -r d; do
   [ -e "$d/cargo" ] || [ -e "$d/rustc" ] || [ -e "$d/rustup" ] || printf '%s:' "$d"; done)
 nocargo=${nocargo%:}
