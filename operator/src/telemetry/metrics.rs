@@ -330,9 +330,11 @@ impl Default for Metrics {
         // at 0: a series that appears only at its first event leaves panels empty and
         // makes rate() miss that first event.
         for path in ["bind", "annotator"] {
-            m.pods_zoned.get_or_create(&PathLabel {
-                path: path.to_string(),
-            });
+            m.pods_zoned
+                .get_or_create(&PathLabel {
+                    path: path.to_string(),
+                })
+                .inc_by(0);
         }
         for result in ["written", "conflict", "failed", "pod_gone"] {
             Metrics::count(&m.annotations, result, 0);
