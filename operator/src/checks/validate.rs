@@ -83,39 +83,45 @@ fn is_date(s: &str) -> bool {
     s.len() == 10 && s.parse::<k8s_openapi::jiff::civil::Date>().is_ok()
 }
 
-/// Every rule on the whole stack: its name, its spec, and what the defaults make of it.
-/// Whether the zone-disruption webhook decides the evictions of a stack's ingesters, from
-/// its annotations ([`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]): on unless set to
-/// `"false"`. Any other value keeps them on (the safe side) and is an error to report.
-pub fn zone_aware_evictions(
+/// A switch annotation that is on unless set to `"false"`. Any other value keeps it on
+/// (the safe side) and is an error to report, saying what `stays` in effect.
+fn on_unless_false(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
+    key: &str,
+    stays: &str,
 ) -> Result<bool, String> {
-    match annotations.and_then(|a| a.get(names::ANNOTATION_ZONE_AWARE_EVICTIONS)) {
+    match annotations.and_then(|a| a.get(key)) {
         None => Ok(true),
         Some(v) if v == "true" => Ok(true),
         Some(v) if v == "false" => Ok(false),
         Some(v) => Err(format!(
-            "annotation {}: {v:?} is neither \"true\" nor \"false\"; zone-aware evictions stay on",
-            names::ANNOTATION_ZONE_AWARE_EVICTIONS
+            "annotation {key}: {v:?} is neither \"true\" nor \"false\"; {stays}"
         )),
     }
 }
 
+/// Whether the zone-disruption webhook decides the evictions of a stack's ingesters, from
+/// its annotations ([`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]).
+pub fn zone_aware_evictions(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<bool, String> {
+    on_unless_false(
+        annotations,
+        names::ANNOTATION_ZONE_AWARE_EVICTIONS,
+        "zone-aware evictions stay on",
+    )
+}
+
 /// Whether a zone-aware stack's entry Services keep traffic in the client's zone, from
-/// its annotations ([`names::ANNOTATION_ZONE_LOCAL_SERVICES`]): on unless `"false"`. Any
-/// other value keeps it on and is an error to report.
+/// its annotations ([`names::ANNOTATION_ZONE_LOCAL_SERVICES`]).
 pub fn zone_local_services(
     annotations: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Result<bool, String> {
-    match annotations.and_then(|a| a.get(names::ANNOTATION_ZONE_LOCAL_SERVICES)) {
-        None => Ok(true),
-        Some(v) if v == "true" => Ok(true),
-        Some(v) if v == "false" => Ok(false),
-        Some(v) => Err(format!(
-            "annotation {}: {v:?} is neither \"true\" nor \"false\"; the entry Services stay zone-local",
-            names::ANNOTATION_ZONE_LOCAL_SERVICES
-        )),
-    }
+    on_unless_false(
+        annotations,
+        names::ANNOTATION_ZONE_LOCAL_SERVICES,
+        "the entry Services stay zone-local",
+    )
 }
 
 /// `RULE_NAME_DNS_LABEL`: a lowercase letter, then lowercase letters, digits and `-`,
@@ -128,6 +134,7 @@ fn is_dns_label(name: &str) -> bool {
         && b.last().is_some_and(|c| *c != b'-')
 }
 
+/// Every rule on the whole stack: its name, its spec, and what the defaults make of it.
 pub fn validate_stack(stack: &LokiStack) -> Result<(), InvalidSpec> {
     let mut errors = validate(&stack.spec).err().map(|e| e.0).unwrap_or_default();
     let name = stack.metadata.name.as_deref().unwrap_or_default();
