@@ -1128,8 +1128,19 @@ fn without_the_ring_and_otlp_fields_the_config_has_none_of_them() {
     let c = config_of(&plain);
     assert!(c["common"]["ring"].get("instance_addr").is_none());
     assert!(c["memberlist"].get("advertise_addr").is_none());
-    assert!(c.get("distributor").is_none());
+    assert!(c["distributor"].get("otlp_config").is_none());
     assert!(c["ingester"]["lifecycler"].get("enable_inet6").is_none());
+}
+
+#[test]
+fn zone_aware_stacks_bound_the_waits_on_a_lost_zone() {
+    let zoned = config_of(&stack("z", zoned_spec(LokiStackSize::Small, 3, &[ZONE])));
+    assert_eq!(zoned["server"]["grpc_server_keepalive_time"], "30s");
+    assert_eq!(zoned["distributor"]["push_worker_count"], 1024);
+    assert_eq!(zoned["common"]["ring"]["heartbeat_timeout"], "1m");
+    let plain = config_of(&stack("p", stack_spec(LokiStackSize::Small)));
+    assert!(plain["server"].get("grpc_server_keepalive_time").is_none());
+    assert!(plain.get("distributor").is_none());
 }
 
 #[test]
