@@ -29,6 +29,8 @@ const ROOMS: &[&str] = &[
     "render",
     // Metrics and the health/metrics HTTP server.
     "telemetry",
+    // When each node's kubelet last renewed its Lease, and the clock that notices.
+    "heartbeats",
     // The one set of reflector caches of the process, and what their changes trigger.
     "caches",
     // A snapshot of one stack's world, read from the caches.

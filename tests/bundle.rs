@@ -312,6 +312,11 @@ const CLUSTER_SCOPED_READS: [&str; 5] = [
     "namespaces",
 ];
 
+/// The one namespaced kind read cluster-wide: Leases, for the nodes' in `kube-node-lease`
+/// (the fast failover). A ClusterRole cannot name one namespace, and a Role there would
+/// move with an overlay's `namespace:`.
+const CLUSTER_WIDE_READS: [&str; 1] = ["leases"];
+
 #[test]
 fn csv_splits_namespaced_rights_from_cluster_reads() {
     let csv = csv();
@@ -319,7 +324,8 @@ fn csv_splits_namespaced_rights_from_cluster_reads() {
     // clusterPermissions: only cluster-scoped kinds, only reads.
     for (_, res, verbs) in rule_resources(&install["clusterPermissions"][0]["rules"]) {
         assert!(
-            CLUSTER_SCOPED_READS.contains(&res.as_str()),
+            CLUSTER_SCOPED_READS.contains(&res.as_str())
+                || CLUSTER_WIDE_READS.contains(&res.as_str()),
             "clusterPermissions grant {res}"
         );
         for v in verbs {
@@ -345,6 +351,7 @@ fn csv_splits_namespaced_rights_from_cluster_reads() {
         ("rulerconfigs", "watch"),
         ("alertingrules/status", "patch"),
         ("pods", "patch"),
+        ("pods/status", "patch"),
         ("statefulsets", "create"),
         ("events", "create"),
         ("leases", "update"),
@@ -400,13 +407,14 @@ fn leases_only_by_name(what: &str, rules: &Value, lease: &str) {
 }
 
 #[test]
-fn leases_are_the_operators_own_by_name_in_every_install() {
+fn leases_are_written_only_by_name_and_read_only_as_the_nodes() {
     let lease = default_lease_name();
     assert_eq!(lease, "loki-zone-operator");
     let base = kustomize_operator().expect("kustomize");
     let role = bundle::named(&base, "Role", bundle::LEADER_ELECTION_ROLE).expect("Role");
     leases_only_by_name("the leader-election Role", &role["rules"], &lease);
-    // No other Role or ClusterRole of any install mentions Leases.
+    // No other Role or ClusterRole of any install mentions Leases, but the cluster
+    // reader's read of the nodes' (`node_leases_read_only`).
     let dir = scratch("leases-namespaced");
     bundle::write_namespaced_overlay(&dir, &["team-a"], "").expect("overlay");
     for objects in [base.clone(), kustomize(&dir).expect("kustomize")] {
@@ -414,6 +422,10 @@ fn leases_are_the_operators_own_by_name_in_every_install() {
             .iter()
             .filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role")
         {
+            if o["metadata"]["name"] == bundle::CLUSTER_READER {
+                node_leases_read_only("the cluster reader", &o["rules"]);
+                continue;
+            }
             let mentions = rule_resources(&o["rules"])
                 .iter()
                 .any(|(_, res, _)| res == "leases");
@@ -432,8 +444,10 @@ fn leases_are_the_operators_own_by_name_in_every_install() {
     // their own, and never `clusterPermissions`.
     let csv = csv();
     let install = &csv["spec"]["install"]["spec"];
-    let cluster = rule_resources(&install["clusterPermissions"][0]["rules"]);
-    assert!(cluster.iter().all(|(_, res, _)| res != "leases"));
+    node_leases_read_only(
+        "the CSV's clusterPermissions",
+        &install["clusterPermissions"][0]["rules"],
+    );
     let permissions = install["permissions"].as_array().expect("permissions");
     let with_leases: Vec<&Value> = permissions
         .iter()
@@ -446,6 +460,22 @@ fn leases_are_the_operators_own_by_name_in_every_install() {
     assert_eq!(with_leases.len(), 1, "one permissions entry for the Lease");
     assert_eq!(with_leases[0]["rules"], role["rules"]);
     leases_only_by_name("the CSV", &csv_permission_rules(install), &lease);
+}
+
+/// The rules grant Leases exactly once, read-only: the nodes' Leases the fast failover
+/// watches (`get`, `list`, `watch`), never by name, never a write.
+fn node_leases_read_only(what: &str, rules: &Value) {
+    let leases: Vec<&Value> = rules
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| strs(&r["resources"]).contains(&"leases"))
+        .collect();
+    assert_eq!(leases.len(), 1, "{what}: one rule on Leases");
+    let r = leases[0];
+    assert_eq!(strs(&r["apiGroups"]), vec!["coordination.k8s.io"], "{what}");
+    assert_eq!(strs(&r["resources"]), vec!["leases"], "{what}");
+    assert_eq!(strs(&r["verbs"]), vec!["get", "list", "watch"], "{what}");
 }
 
 /// The Role of the zone-at-bind webhook's certificate (kustomize installs only; OLM
@@ -576,7 +606,11 @@ fn namespaced_mode_has_roles_in_the_watched_namespaces_only() {
             continue;
         }
         for (_, res, verbs) in rule_resources(&role["rules"]) {
-            assert!(CLUSTER_SCOPED_READS.contains(&res.as_str()), "{res}");
+            assert!(
+                CLUSTER_SCOPED_READS.contains(&res.as_str())
+                    || CLUSTER_WIDE_READS.contains(&res.as_str()),
+                "{res}"
+            );
             assert!(verbs
                 .iter()
                 .all(|v| ["get", "list", "watch"].contains(&v.as_str())));

@@ -37,6 +37,9 @@ use disruptions::{
     the_per_stack_switch_lets_a_zone_go_while_another_is_down,
     with_the_operator_stopped_only_ingesters_are_guarded,
 };
+#[path = "e2e/failover.rs"]
+mod failover;
+use failover::a_silent_zone_leaves_its_services_until_it_renews;
 #[path = "e2e/migrate.rs"]
 mod migrate;
 use migrate::a_stack_left_by_the_go_operator_is_taken_over;
@@ -1762,6 +1765,7 @@ fn main() -> std::process::ExitCode {
         runbook_commands_move_the_compactor_out_of_a_lost_zone,
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
         a_cordoned_zone_is_never_recovered,
+        a_silent_zone_leaves_its_services_until_it_renews,
         pods_are_zoned_in_the_event_that_binds_them,
         a_namespace_without_zone_aware_stacks_never_reaches_the_webhook,
         a_broken_webhook_never_blocks_scheduling,

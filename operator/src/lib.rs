@@ -15,6 +15,8 @@
 //!   its checks, which rules a stack picks, and a RulerConfig as Loki settings.
 //! - [`render`]: every Loki object, rendered from the templates and parsed into types.
 //! - [`telemetry`]: metrics and the health/metrics HTTP server.
+//! - [`heartbeats`]: when each node's kubelet last renewed its Lease, on the operator's
+//!   clock, and the clock that says when that changes (the fast failover's evidence).
 //! - [`caches`]: the one set of reflector caches of the process, outliving leadership,
 //!   what they keep of each object, and what the webhook configurations cover.
 //! - [`observe`]: one stack's snapshot, read from the caches.
@@ -40,6 +42,7 @@ pub mod annotator;
 pub mod caches;
 pub mod checks;
 pub mod cli;
+pub mod heartbeats;
 pub mod intent;
 pub mod lead;
 pub mod logql;

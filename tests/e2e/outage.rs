@@ -30,8 +30,8 @@ const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 /// After an outage every stack's evicted pods are recreated, scheduled, annotated and
 /// started again; with a dozen stacks on a 2-core machine that takes minutes.
 const RECOVERY: std::time::Duration = std::time::Duration::from_secs(300);
-const OUTAGE_NS: &str = "e2e-outage";
-const OUTAGE_STACK: &str = "outage";
+pub(super) const OUTAGE_NS: &str = "e2e-outage";
+pub(super) const OUTAGE_STACK: &str = "outage";
 
 // --- The Kubernetes side ---------------------------------------------------------------
 
@@ -156,7 +156,7 @@ async fn zones_down(env: &Env, zones: &[&str]) -> Result<Vec<String>> {
 
 /// Brings `zones` back and waits for the cluster to be whole again: their nodes Ready
 /// and untainted, no pod left Terminating, and every stack of `ready_before` Ready.
-async fn restore(
+pub(super) async fn restore(
     env: &Env,
     zones: &[&str],
     ready_before: &BTreeSet<(String, String)>,
@@ -392,7 +392,7 @@ async fn wait_status<T>(env: &Env, what: &str, check: impl Fn(&Value) -> Result<
 }
 
 /// The zone-aware RF 3 stack of the outage scenarios, Ready over zone-a/b/c.
-async fn outage_stack(env: &Env) -> Result<()> {
+pub(super) async fn outage_stack(env: &Env) -> Result<()> {
     let api: Api<LokiStack> = Api::namespaced(env.admin.clone(), OUTAGE_NS);
     if api.get_opt(OUTAGE_STACK).await.ok().flatten().is_none() {
         if Api::<k8s_openapi::api::core::v1::Namespace>::all(env.admin.clone())
@@ -448,7 +448,9 @@ async fn deployments_rolled_out(env: &Env) -> Result<()> {
 }
 
 /// The stack's pods: name -> (node, zone of the node, component, uid).
-async fn stack_pods(env: &Env) -> Result<BTreeMap<String, (String, String, String, String)>> {
+pub(super) async fn stack_pods(
+    env: &Env,
+) -> Result<BTreeMap<String, (String, String, String, String)>> {
     let nodes = nodes_by_name(env).await?;
     let mut out = BTreeMap::new();
     for p in Api::<Pod>::namespaced(env.admin.clone(), OUTAGE_NS)

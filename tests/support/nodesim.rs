@@ -173,12 +173,14 @@ fn ready_since(node: &Node) -> Option<String> {
 /// One heartbeat of a node's kubelet: its Lease renewed (created the first time) and,
 /// with `status`, its status posted with a fresh Ready heartbeat. Taints are left to the
 /// lifecycle controller, which removes those it added once the node is Ready again.
-async fn heartbeat(client: &Client, node: &Node, status: bool) -> Result<()> {
+async fn heartbeat(client: &Client, node: &Node, how: Heartbeats) -> Result<()> {
     let name = node.name_any();
     let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let spec = json!({
         "holderIdentity": name,
-        "leaseDurationSeconds": 40,
+        // A kubelet renews its Lease every quarter of the duration, which is what the
+        // operator's fast failover expects of it: four heartbeats.
+        "leaseDurationSeconds": (how.every.as_secs() * 4).max(1),
         "renewTime": MicroTime(Timestamp::now()),
     });
     let renewed = leases
@@ -209,7 +211,7 @@ async fn heartbeat(client: &Client, node: &Node, status: bool) -> Result<()> {
             other.with_context(|| format!("renewing the Lease of node {name}"))?;
         }
     }
-    if !status {
+    if !how.status {
         return Ok(());
     }
     let since = ready_since(node).unwrap_or_else(|| Timestamp::now().to_string());
@@ -295,7 +297,11 @@ impl NodeSim {
             .create(&PostParams::default(), &node)
             .await
             .with_context(|| format!("creating node {name}"))?;
-        heartbeat(&self.client, &node, true).await
+        let how = Heartbeats {
+            status: true,
+            ..self.heartbeats
+        };
+        heartbeat(&self.client, &node, how).await
     }
 
     /// `per_zone` nodes in each zone, named `node-<zone>-<i>`.
@@ -340,7 +346,12 @@ impl NodeSim {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&name);
-            heartbeat(&self.client, &self.nodes().get(&name).await?, true).await?;
+            let node = self.nodes().get(&name).await?;
+            let how = Heartbeats {
+                status: true,
+                ..self.heartbeats
+            };
+            heartbeat(&self.client, &node, how).await?;
             let pods: Api<Pod> = Api::all(self.client.clone());
             let on_node = ListParams::default().fields(&format!("spec.nodeName={name}"));
             for pod in pods.list(&on_node).await? {
@@ -484,7 +495,7 @@ async fn heartbeats(client: Client, dark: Dark, how: Heartbeats) {
         let results: Vec<Result<()>> = futures::stream::iter(live)
             .map(|n| {
                 let client = client.clone();
-                async move { heartbeat(&client, &n, how.status).await }
+                async move { heartbeat(&client, &n, how).await }
             })
             .buffer_unordered(HEARTBEAT_CONCURRENCY)
             .collect()
@@ -622,11 +633,13 @@ async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod, ips: PodIps) {
         "startTime": started,
         "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
     }});
+    // Strategic, as a kubelet's status sync merges: conditions by type, so those others
+    // own (the operator's zone-available) are kept.
     if let Err(e) = api
         .patch_status(
             &pod.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(&status),
+            &Patch::Strategic(&status),
         )
         .await
     {

@@ -1,4 +1,5 @@
-//! Carries one [`Intent`] out, in the order its decisions depend on: the scale-down's
+//! Carries one [`Intent`] out, in the order its decisions depend on: the fast failover's
+//! pod conditions first (time counts there), then the scale-down's
 //! ingesters asked to leave the ring (the held ingester StatefulSet applied instead while
 //! one cannot be asked), the apply, the recovery's due moves, the rollout's deletes.
 //! Reports what happened ([`Done`]); decides nothing.
@@ -10,7 +11,7 @@ use kube::Client;
 use tracing::{info, warn};
 
 use crate::act::apply::{Applier, ApplyError};
-use crate::act::{recovery, rollout, scale_down};
+use crate::act::{failover, recovery, rollout, scale_down};
 use crate::caches::coverage::Coverage;
 use crate::caches::reflectors::Caches;
 use crate::intent::{Action, Applied, Done, Intent, Prepared, Recovered};
@@ -37,6 +38,20 @@ pub async fn execute(
     snapshot: &Snapshot,
     intent: &Intent,
 ) -> (Done, Result<(), ApplyError>) {
+    // First: every second a silent zone's pods stay behind their Services fails a share
+    // of every client's requests, and the steps below may wait (on ingesters, on the
+    // webhook); none of them depends on it.
+    let failed_over = if intent.failover.writes.is_empty() {
+        Default::default()
+    } else {
+        failover::run(
+            a.client,
+            &snapshot.namespace,
+            &intent.failover.writes,
+            intent.now,
+        )
+        .await
+    };
     let prepared = match &intent.scale_down {
         Some(s) => Some(scale_down::prepare(&s.leaving).await),
         None => None,
@@ -78,6 +93,7 @@ pub async fn execute(
         deleted,
         not_deleted,
         recovered,
+        failed_over,
     };
     (done, error)
 }

@@ -76,9 +76,11 @@ pub fn strip_pod(p: &mut Pod) {
     let status = p.status.take().unwrap_or_default();
     p.status = Some(PodStatus {
         phase: status.phase,
-        conditions: status
-            .conditions
-            .map(|cs| cs.into_iter().filter(|c| c.type_ == "Ready").collect()),
+        conditions: status.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "Ready" || c.type_ == names::POD_CONDITION_ZONE_AVAILABLE)
+                .collect()
+        }),
         // Where a leaving ingester is asked to leave the ring (`act/scale_down.rs`).
         pod_ip: status.pod_ip,
         ..Default::default()

@@ -18,11 +18,12 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, Pod, Secret};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
@@ -39,6 +40,7 @@ use crate::caches::scope::{self, Scope};
 use crate::caches::secrets::SecretReader;
 use crate::caches::stacks::{is_zone_aware as is_stack_zone_aware, resource, stack_ref, StackRef};
 use crate::caches::taps::{PodChange, Tap, Taps};
+use crate::heartbeats::{self, NodeLeases};
 use crate::model::names;
 use crate::model::writers::keep_markers;
 use crate::render::kinds::ChildKind;
@@ -107,6 +109,9 @@ pub struct Caches {
     pub by_stack: ByStack,
     /// AlertingRules, RecordingRules, RulerConfigs and namespace labels.
     pub rules: RuleCaches,
+    /// When each node's Lease was last seen renewed (`heartbeats/`). Not waited on before
+    /// a term: until it is listed (or when it cannot be read), no zone is silent.
+    pub node_leases: NodeLeases,
 }
 
 /// The objects of `store` that `index` lists under `key`.
@@ -301,6 +306,12 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
     ];
     let (children, child_tasks) = watch_every_child_kind(&src, taps);
     tasks.extend(child_tasks);
+    let node_leases = NodeLeases::default();
+    tasks.push(watch_node_leases(client, node_leases.clone()));
+    let (late_tap, late_stacks) = (taps.stacks.clone(), stacks.clone());
+    tasks.push(heartbeats::start_clock(node_leases.clone(), move || {
+        trigger_stacks(&late_tap, &late_stacks, is_stack_zone_aware)
+    }));
     let (rules, rule_tasks) = rule_caches::start(
         client,
         scope,
@@ -329,6 +340,7 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
             statefulsets: statefulsets_by_stack,
             volumes: volumes_by_ns,
         },
+        node_leases,
     };
     (caches, tasks)
 }
@@ -453,6 +465,28 @@ fn watch_nodes(
             trigger_stacks(&stack_tx, &stacks, is_stack_zone_aware);
         },
     )
+}
+
+/// The nodes' Leases in `kube-node-lease`, for `heartbeats/`: no store, only when each
+/// was seen renewed. Without the right to read them (an install from before the fast
+/// failover) the first error is a warning and the failover never acts.
+fn watch_node_leases(client: &Client, leases: NodeLeases) -> JoinHandle<()> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), names::NODE_LEASE_NAMESPACE);
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        futures::pin_mut!(stream);
+        let (mut relisted, mut warned) = (None, false);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(ev) => heartbeats::on_event(&leases, &mut relisted, &ev),
+                Err(e) if !warned => {
+                    warned = true;
+                    warn!(error = %e, namespace = names::NODE_LEASE_NAMESPACE, "cannot watch the node Leases; the zone fast failover waits for them (retrying with backoff)");
+                }
+                Err(e) => tracing::debug!(error = %e, "node Lease watch error"),
+            }
+        }
+    })
 }
 
 /// StorageClasses: a change (one created, deleted, made default) re-runs every stack;

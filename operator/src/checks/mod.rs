@@ -4,6 +4,7 @@
 
 pub mod fields;
 pub mod podzone;
+pub mod silence;
 pub mod validate;
 pub mod volumes;
 pub mod zones;

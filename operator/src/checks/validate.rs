@@ -124,6 +124,19 @@ pub fn zone_local_services(
     )
 }
 
+/// Whether a zone-aware stack's pods are taken out of their Services as soon as their
+/// zone's node Leases all stop, from its annotations
+/// ([`names::ANNOTATION_ZONE_FAST_FAILOVER`]).
+pub fn zone_fast_failover(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<bool, String> {
+    on_unless_false(
+        annotations,
+        names::ANNOTATION_ZONE_FAST_FAILOVER,
+        "the fast failover stays on",
+    )
+}
+
 /// `RULE_NAME_DNS_LABEL`: a lowercase letter, then lowercase letters, digits and `-`,
 /// ending with a letter or digit.
 fn is_dns_label(name: &str) -> bool {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::checks::silence::SilentZone;
 use crate::checks::validate::InvalidSpec;
 use crate::checks::volumes::StorageClassFinding;
 use crate::checks::zones::ZoneCheck;
@@ -35,6 +36,9 @@ pub struct Findings {
     /// Zone-aware evictions are switched off for the stack
     /// ([`crate::model::names::ANNOTATION_ZONE_AWARE_EVICTIONS`]).
     pub zone_evictions_off: bool,
+    /// The fast failover is switched off for the stack
+    /// ([`crate::model::names::ANNOTATION_ZONE_FAST_FAILOVER`]).
+    pub fast_failover_off: bool,
     /// The ruler's rules and RulerConfig.
     pub rules: RuleFindings,
 }
@@ -188,6 +192,37 @@ pub struct Recovery {
     pub fence_first: Vec<Move>,
 }
 
+/// One pod's zone-available condition to write (the fast failover, `plan/failover.rs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneServiceWrite {
+    pub pod: String,
+    pub uid: String,
+    pub zone: String,
+    /// `false`: out of its Services, its Ready condition set False with it; `true`:
+    /// back, its Ready condition left to its kubelet.
+    pub available: bool,
+    /// The conditions' message.
+    pub message: String,
+}
+
+/// The fast failover of a zone-aware stack: the silent zones whose pods leave their
+/// Services, and the writes that take them out or put them back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failover {
+    pub out: Vec<SilentZone>,
+    /// Silent zones left to Kubernetes' own timers, and why.
+    pub held: Option<(Vec<SilentZone>, String)>,
+    pub writes: Vec<ZoneServiceWrite>,
+}
+
+/// What the fast failover's writes came to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FailedOver {
+    pub written: Vec<ZoneServiceWrite>,
+    /// Writes that failed, with why.
+    pub failed: Vec<(ZoneServiceWrite, String)>,
+}
+
 /// Whom an Event is about.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum About {
@@ -250,6 +285,7 @@ pub struct Intent {
     pub scale_down: Option<ScaleDown>,
     pub rollout: Rollout,
     pub recovery: Recovery,
+    pub failover: Failover,
     /// The Event of a stage of turning zones on or off, once the status shows it.
     pub stage_event: Option<PlannedEvent>,
     /// When the stage of turning zones on moves on by itself (no change announces it).
@@ -308,6 +344,7 @@ pub struct Done {
     pub deleted: Vec<Victim>,
     pub not_deleted: Vec<(Victim, String)>,
     pub recovered: Recovered,
+    pub failed_over: FailedOver,
 }
 
 impl Done {

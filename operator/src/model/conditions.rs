@@ -147,6 +147,15 @@ wire_enum! {
         /// A pod was moved out of a lost zone (the opt-in recovery).
         ZoneOutageRecovery => "ZoneOutageRecovery",
         ZoneOutageRecoveryFailed => "ZoneOutageRecoveryFailed",
+        /// The fast failover took a zone's pods out of their Services (its node Leases
+        /// all stopped), or put them back (renewed again).
+        ZoneOutOfService => "ZoneOutOfService",
+        ZoneBackInService => "ZoneBackInService",
+        /// A pod's zone-available condition could not be written (retried).
+        ZoneFailoverFailed => "ZoneFailoverFailed",
+        /// Zones whose Leases all stopped, left to Kubernetes: more than the stack can
+        /// lose, or no zone seen renewing (the operator's own view may be behind).
+        ZoneFailoverHeld => "ZoneFailoverHeld",
         /// The stages of turning zones on and off.
         ZonesEnabling => "ZonesEnabling",
         ZonesWritePathReady => "ZonesWritePathReady",

@@ -83,6 +83,20 @@ pub const ANNOTATION_ZONE_AWARE_EVICTIONS: &str = "loki.grafana.com/zone-aware-e
 /// On a zone-aware LokiStack, `"false"` stops asking Kubernetes to keep the traffic of
 /// its entry Services (distributor and query-frontend HTTP) in the client's zone.
 pub const ANNOTATION_ZONE_LOCAL_SERVICES: &str = "loki.grafana.com/zone-local-services";
+/// On a zone-aware LokiStack, `"false"` turns the fast failover off: the operator no
+/// longer takes the pods of a zone whose node Leases all stopped out of their Services
+/// (`checks/silence.rs`); Kubernetes' node lifecycle controller does, later.
+pub const ANNOTATION_ZONE_FAST_FAILOVER: &str = "loki.grafana.com/zone-fast-failover";
+/// The pod condition the fast failover writes on a zone-aware stack's pods: `False`
+/// while their zone is taken out of service (their Ready condition set False with it),
+/// `True` once the zone's Leases are renewed again. Only pods it took out carry it.
+pub const POD_CONDITION_ZONE_AVAILABLE: &str = "loki.grafana.com/zone-available";
+/// The reason of both conditions the fast failover sets False on a pod.
+pub const POD_REASON_ZONE_UNAVAILABLE: &str = "ZoneUnavailable";
+/// The reason of the zone-available condition once the zone is back.
+pub const POD_REASON_ZONE_RENEWING: &str = "ZoneLeasesRenewed";
+/// Where kubelets keep their node's Lease, named after the node.
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Topology-aware hints, 1.23 to 1.26: the EndpointSlice controller gives each endpoint
 /// a zone hint, which kube-proxy follows.
 pub const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";

@@ -29,6 +29,18 @@ pub fn stack_of(pod: &Pod) -> Option<&str> {
     pod.labels().get(names::LABEL_INSTANCE).map(String::as_str)
 }
 
+/// The status (`True`, `False`, `Unknown`) of the pod's condition of `type_`, when it
+/// has one.
+pub fn condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

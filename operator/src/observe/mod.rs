@@ -23,6 +23,7 @@ use crate::caches::reflectors::Caches;
 use crate::caches::rules::{decode as decode_rule, RuleKind};
 use crate::caches::stacks::DecodeError;
 use crate::checks::podzone::node_name;
+use crate::checks::silence::LeaseSeen;
 use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::defaults::{zone_aware, Component};
 use crate::model::names;
@@ -152,6 +153,9 @@ pub struct Snapshot {
     pub nodes: Vec<Arc<Node>>,
     /// The volumes bound to the stack's claims, for a zone-aware stack; else empty.
     pub volumes: Vec<Arc<PersistentVolume>>,
+    /// When each node's Lease was last seen renewed, by node name, for a zone-aware
+    /// stack (the fast failover's evidence); else empty.
+    pub node_leases: HashMap<String, LeaseSeen>,
     /// The stack's pods (by instance label), sorted by name.
     pub pods: Vec<Arc<Pod>>,
     /// The nodes the stack's pods are bound to, by name.
@@ -276,13 +280,14 @@ impl Snapshot {
                 .unreadable(&namespace, &stack.spec.storage.secret.name)
         });
         let storage_class = storage_class(caches, stack);
-        let (nodes, volumes) = if zone_aware(&stack.spec) {
+        let (nodes, volumes, node_leases) = if zone_aware(&stack.spec) {
             (
                 caches.nodes.state(),
                 stack_volumes(caches, &namespace, &name),
+                caches.node_leases.seen(),
             )
         } else {
-            (Vec::new(), Vec::new())
+            (Vec::new(), Vec::new(), HashMap::new())
         };
         let mut pods = caches.stack_pods(&namespace, &name);
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -299,6 +304,7 @@ impl Snapshot {
             storage_class,
             nodes,
             volumes,
+            node_leases,
             pods,
             pod_nodes,
             children,

@@ -8,6 +8,7 @@
 //! behind, and the next trigger (a node or Secret change) plans again by itself. What runs
 //! keeps running on the last good spec.
 
+pub mod failover;
 pub mod recovery;
 pub mod rollout;
 pub mod rules;
@@ -16,7 +17,9 @@ pub mod staging;
 
 use std::collections::BTreeSet;
 
-use crate::checks::validate::{validate_stack, zone_aware_evictions, zone_local_services};
+use crate::checks::validate::{
+    validate_stack, zone_aware_evictions, zone_fast_failover, zone_local_services,
+};
 use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
 use crate::intent::{Action, Findings, Intent, PlannedEvent, RuleFindings};
@@ -109,6 +112,7 @@ fn check(
         unsupported: go_compat::unsupported_fields(&stack.spec),
         annotation: annotation_errors(stack),
         zone_evictions_off: zone_aware_evictions(stack.metadata.annotations.as_ref()) == Ok(false),
+        fast_failover_off: zone_fast_failover(stack.metadata.annotations.as_ref()) == Ok(false),
         rules,
     }
 }
@@ -119,6 +123,7 @@ fn annotation_errors(stack: &LokiStack) -> Option<String> {
         staging::read_path_delay(stack).err(),
         zone_aware_evictions(stack.metadata.annotations.as_ref()).err(),
         zone_local_services(stack.metadata.annotations.as_ref()).err(),
+        zone_fast_failover(stack.metadata.annotations.as_ref()).err(),
     ]
     .into_iter()
     .flatten()
@@ -196,6 +201,11 @@ pub fn plan(
         scale_down: scale_down::plan(snapshot, &eff, &action),
         rollout: rollout::step(stack, snapshot, &findings, applying),
         recovery: recovery::plan(stack, snapshot, &findings, &eff),
+        failover: failover::plan(
+            snapshot,
+            findings.zone.as_ref(),
+            !findings.fast_failover_off,
+        ),
         stage_event: staging::transition(previous.as_ref(), zone_awareness.as_ref())
             .map(|(reason, note)| PlannedEvent::normal(reason, note)),
         wake_after: staging::wake_after(zone_awareness.as_ref(), snapshot.now),

@@ -2,6 +2,8 @@
 //! from what the plan decided ([`Intent`]) and what its execution came to ([`Done`]).
 //! `act::report::publish` writes it as it stands.
 
+use std::collections::BTreeMap;
+
 use crate::intent::{About, Done, Intent, Move, PlannedEvent, Prepared, Victim};
 use crate::model::api::{LokiStack, LokiStackStatus};
 use crate::model::conditions::{ConditionType, Happening, Reason};
@@ -33,6 +35,7 @@ pub fn report(stack: &LokiStack, snapshot: &Snapshot, intent: &Intent, done: &Do
     let mut events = scale_down_events(intent, done);
     events.extend(rollout_events(stack, intent, done));
     events.extend(recovery_events(done));
+    events.extend(failover_events(intent, done));
     let old = stack.status.clone().unwrap_or_default();
     let mut after_status: Vec<PlannedEvent> = changed_conditions(&old, &status)
         .into_iter()
@@ -181,6 +184,73 @@ fn recovery_events(done: &Done) -> Vec<PlannedEvent> {
         )
     });
     moved.chain(failed).collect()
+}
+
+/// One Event per zone the fast failover took out or put back this pass (pods named), one
+/// per pod whose write failed, and one while silent zones are held: the recorder folds
+/// repeats of the same zone into one series.
+fn failover_events(intent: &Intent, done: &Done) -> Vec<PlannedEvent> {
+    let mut by_zone: BTreeMap<(&str, bool), Vec<String>> = BTreeMap::new();
+    for w in &done.failed_over.written {
+        by_zone
+            .entry((w.zone.as_str(), w.available))
+            .or_default()
+            .push(w.pod.clone());
+    }
+    let mut events: Vec<PlannedEvent> = by_zone
+        .into_iter()
+        .map(|((zone, available), pods)| {
+            let action = Some(format!("Zone {zone}"));
+            if available {
+                let note = format!(
+                    "zone {zone}'s node Leases are renewed again: pods {} marked {}=True, back in their Services once their kubelets report them Ready",
+                    list(&pods),
+                    names::POD_CONDITION_ZONE_AVAILABLE
+                );
+                PlannedEvent {
+                    action,
+                    ..PlannedEvent::normal(Happening::ZoneBackInService, note)
+                }
+            } else {
+                let why = intent
+                    .failover
+                    .out
+                    .iter()
+                    .find(|z| z.zone == zone)
+                    .map_or_else(|| format!("zone {zone}"), |z| z.describe(intent.now));
+                let note = format!(
+                    "{why} while other zones renew theirs: pods {} taken out of their Services (Ready=False, {}=False) before Kubernetes marks the nodes NotReady; they return when the Leases are renewed",
+                    list(&pods),
+                    names::POD_CONDITION_ZONE_AVAILABLE
+                );
+                PlannedEvent {
+                    action,
+                    ..PlannedEvent::warning(Happening::ZoneOutOfService, note)
+                }
+            }
+        })
+        .collect();
+    events.extend(done.failed_over.failed.iter().map(|(w, why)| PlannedEvent {
+        action: Some(format!("Pod {}", w.pod)),
+        ..PlannedEvent::warning(
+            Happening::ZoneFailoverFailed,
+            format!(
+                "cannot write the zone-available condition of pod {}: {why}",
+                w.pod
+            ),
+        )
+    }));
+    if let Some((zones, why)) = &intent.failover.held {
+        let zones: Vec<String> = zones.iter().map(|z| z.describe(intent.now)).collect();
+        events.push(PlannedEvent::warning(
+            Happening::ZoneFailoverHeld,
+            format!(
+                "{}: left to Kubernetes' node lifecycle controller, since {why}",
+                zones.join("; ")
+            ),
+        ));
+    }
+    events
 }
 
 fn moved_note(m: &Move) -> String {

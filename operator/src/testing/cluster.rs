@@ -232,6 +232,7 @@ impl FakeCluster {
             children: caches_children,
             by_stack,
             rules: RuleCaches::default(),
+            node_leases: Default::default(),
         };
         FakeCluster {
             state,

@@ -128,6 +128,7 @@ pub fn intent(
         scale_down: None,
         rollout: Default::default(),
         recovery: Default::default(),
+        failover: Default::default(),
         stage_event: None,
         wake_after: None,
     }
@@ -142,6 +143,7 @@ pub fn done(applied: crate::intent::Applied) -> crate::intent::Done {
         deleted: Vec::new(),
         not_deleted: Vec::new(),
         recovered: Default::default(),
+        failed_over: Default::default(),
     }
 }
 
@@ -260,6 +262,16 @@ impl PodBuilder {
         }]);
         if self.0["status"]["phase"].is_null() {
             self.0["status"]["phase"] = "Running".into();
+        }
+        self
+    }
+
+    /// A condition of `type_` with `status` beside those it has.
+    pub fn condition(mut self, type_: &str, status: &str) -> Self {
+        let c = serde_json::json!({"type": type_, "status": status});
+        match self.0["status"]["conditions"].as_array_mut() {
+            Some(cs) => cs.push(c),
+            None => self.0["status"]["conditions"] = serde_json::json!([c]),
         }
         self
     }
