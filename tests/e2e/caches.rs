@@ -17,7 +17,7 @@ use loki_zone_operator_tests::operator;
 use super::Env;
 
 /// What the operator watches, as the audit log names the resource, each at least once.
-const WATCHED: [&str; 16] = [
+const WATCHED: [&str; 17] = [
     "lokistacks",
     "alertingrules",
     "recordingrules",
@@ -34,6 +34,8 @@ const WATCHED: [&str; 16] = [
     "serviceaccounts",
     "poddisruptionbudgets",
     "networkpolicies",
+    // The nodes' Leases in kube-node-lease (the fast failover's evidence).
+    "leases",
 ];
 
 fn audit_len(path: &Path) -> usize {

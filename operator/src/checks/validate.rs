@@ -124,6 +124,18 @@ pub fn zone_local_services(
     )
 }
 
+/// Whether a zone-aware stack's Loki gossips zone-aware, from its annotations
+/// ([`names::ANNOTATION_ZONE_AWARE_GOSSIP`]).
+pub fn zone_aware_gossip(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<bool, String> {
+    on_unless_false(
+        annotations,
+        names::ANNOTATION_ZONE_AWARE_GOSSIP,
+        "zone-aware gossip stays on",
+    )
+}
+
 /// Whether a zone-aware stack's pods are taken out of their Services as soon as their
 /// zone's node Leases all stop, from its annotations
 /// ([`names::ANNOTATION_ZONE_FAST_FAILOVER`]).

@@ -365,6 +365,16 @@ impl ZoneCheck {
     }
 }
 
+/// The zones whose names Loki's zone-aware gossip refuses (longer than
+/// [`names::MAX_GOSSIP_ZONE_BYTES`]), sorted; a multi-key zone counts as its joined name.
+pub fn too_long_for_gossip(zones: &BTreeSet<String>) -> Vec<String> {
+    zones
+        .iter()
+        .filter(|z| z.len() > names::MAX_GOSSIP_ZONE_BYTES)
+        .cloned()
+        .collect()
+}
+
 /// `floor(RF/2)+1`: copies that must be written for a push to succeed.
 pub fn write_quorum(factor: i32) -> i32 {
     factor / 2 + 1

@@ -29,6 +29,9 @@ pub struct Findings {
     pub storage_class: Option<StorageClassFinding>,
     /// `None` for a stack that is not zone-aware.
     pub zone: Option<ZoneCheck>,
+    /// Known zones whose names are longer than Loki's zone-aware gossip takes: it is off
+    /// while there is one (empty when it is switched off anyway).
+    pub gossip_zones_too_long: Vec<String>,
     /// Go Loki Operator fields the stack sets that this operator does not act on.
     pub unsupported: Vec<String>,
     /// The stack's annotations that are set but invalid, and what applies instead.

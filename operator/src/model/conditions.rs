@@ -100,6 +100,9 @@ wire_enum! {
         UnsupportedFields => "UnsupportedFields",
         UnmanagedChildren => "UnmanagedChildren",
         InvalidAnnotation => "InvalidAnnotation",
+        /// A zone's name is longer than Loki's zone-aware gossip takes: it is off, and
+        /// gossip crosses zones freely.
+        ZoneGossipRoutingOff => "ZoneGossipRoutingOff",
         /// The stack's RulerConfig does not decode or breaks a rule (held back).
         InvalidRulerConfig => "InvalidRulerConfig",
         /// The remote-write Secret a RulerConfig names is missing (held back; the Go

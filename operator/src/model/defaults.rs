@@ -184,6 +184,11 @@ pub struct EffectiveStack {
     /// client's traffic in its zone: on for zone-aware stacks unless their annotation
     /// ([`names::ANNOTATION_ZONE_LOCAL_SERVICES`]) says `"false"`; set by the plan.
     pub zone_local_services: bool,
+    /// Loki's memberlist gossips zone-aware (members within their zone, ingesters as the
+    /// bridges between zones): on for zone-aware stacks unless their annotation
+    /// ([`names::ANNOTATION_ZONE_AWARE_GOSSIP`]) says `"false"` or a zone's name is
+    /// longer than Loki takes ([`names::MAX_GOSSIP_ZONE_BYTES`]); set by the plan.
+    pub zone_gossip: bool,
     /// How many ingesters the PodDisruptionBudget lets go at once: 1, unless the
     /// zone-disruption webhook decides the stack's evictions, when it is the per-zone
     /// maximum; set by the plan.
@@ -413,6 +418,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         store: StoreParams::default(),
         avoid_zones: Vec::new(),
         zone_local_services: zone_aware(spec),
+        zone_gossip: zone_aware(spec),
         ingester_disruptions: 1,
         read_path_zone_aware: true,
         ruler: Default::default(),

@@ -95,6 +95,14 @@ pub const POD_CONDITION_ZONE_AVAILABLE: &str = "loki.grafana.com/zone-available"
 pub const POD_REASON_ZONE_UNAVAILABLE: &str = "ZoneUnavailable";
 /// The reason of the zone-available condition once the zone is back.
 pub const POD_REASON_ZONE_RENEWING: &str = "ZoneLeasesRenewed";
+/// On a zone-aware LokiStack, `"false"` turns Loki's zone-aware gossip off: memberlist
+/// then gossips with members of every zone.
+pub const ANNOTATION_ZONE_AWARE_GOSSIP: &str = "loki.grafana.com/zone-aware-gossip";
+/// The longest zone name Loki's memberlist zone-aware routing takes (dskit's
+/// `MaxZoneNameLength`); Loki refuses to start with a longer one.
+pub const MAX_GOSSIP_ZONE_BYTES: usize = 16;
+/// The Loki flag that makes a ring member a bridge of the zone-aware gossip.
+pub const FLAG_GOSSIP_BRIDGE: &str = "-memberlist.zone-aware-routing.role=bridge";
 /// Where kubelets keep their node's Lease, named after the node.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Topology-aware hints, 1.23 to 1.26: the EndpointSlice controller gives each endpoint

@@ -18,7 +18,8 @@ pub mod staging;
 use std::collections::BTreeSet;
 
 use crate::checks::validate::{
-    validate_stack, zone_aware_evictions, zone_fast_failover, zone_local_services,
+    validate_stack, zone_aware_evictions, zone_aware_gossip, zone_fast_failover,
+    zone_local_services,
 };
 use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
@@ -84,6 +85,8 @@ fn resolve(
         ruler,
         zone_local_services: base.zone_local_services
             && zone_local_services(stack.metadata.annotations.as_ref()) != Ok(false),
+        zone_gossip: base.zone_gossip
+            && zone_aware_gossip(stack.metadata.annotations.as_ref()) != Ok(false),
         ..base
     };
     (eff, secret, rules)
@@ -97,6 +100,11 @@ fn check(
     secret: Option<StorageSecretError>,
     rules: RuleFindings,
 ) -> Findings {
+    let zone = zone_check(eff, snapshot);
+    let gossip_zones_too_long = match &zone {
+        Some(z) if eff.zone_gossip => zones::too_long_for_gossip(&z.zones),
+        _ => Vec::new(),
+    };
     Findings {
         invalid: validate_stack(stack).err(),
         secret,
@@ -108,7 +116,8 @@ fn check(
             snapshot.storage_class.as_deref(),
             eff.zone_aware(),
         ),
-        zone: zone_check(eff, snapshot),
+        zone,
+        gossip_zones_too_long,
         unsupported: go_compat::unsupported_fields(&stack.spec),
         annotation: annotation_errors(stack),
         zone_evictions_off: zone_aware_evictions(stack.metadata.annotations.as_ref()) == Ok(false),
@@ -124,6 +133,7 @@ fn annotation_errors(stack: &LokiStack) -> Option<String> {
         zone_aware_evictions(stack.metadata.annotations.as_ref()).err(),
         zone_local_services(stack.metadata.annotations.as_ref()).err(),
         zone_fast_failover(stack.metadata.annotations.as_ref()).err(),
+        zone_aware_gossip(stack.metadata.annotations.as_ref()).err(),
     ]
     .into_iter()
     .flatten()
@@ -161,11 +171,13 @@ pub fn plan(
         } else {
             resolved.ingester_disruptions
         };
+    let zone_gossip = resolved.zone_gossip && findings.gossip_zones_too_long.is_empty();
     let input = RenderInput::new(
         stack,
         EffectiveStack {
             avoid_zones,
             ingester_disruptions,
+            zone_gossip,
             zones: stage.zones,
             read_path_zone_aware: stage.read_path_zone_aware,
             ..resolved
@@ -535,6 +547,41 @@ mod tests {
             ),
             "{error:?}"
         );
+    }
+
+    /// Zone-aware gossip: on for a zone-aware stack whose zone names Loki takes, off with
+    /// the annotation (no finding), and off with a finding naming a zone name over 16
+    /// bytes, which Loki would refuse to start with.
+    #[test]
+    fn zone_aware_gossip_is_off_for_long_zone_names_and_by_annotation() {
+        let mut s = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
+        let mut snap = snapshot_for(&s);
+        let zones = |names: &[&str]| -> Vec<Arc<k8s_openapi::api::core::v1::Node>> {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, z)| Arc::new(node(&format!("n{i}"), &[(ZONE, z)])))
+                .collect()
+        };
+        let with = |s: &LokiStack, snap: &Snapshot| {
+            let p = plan(s, snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+            (p.eff.zone_gossip, p.findings.gossip_zones_too_long)
+        };
+        snap.nodes = zones(&["us-east-1a", "us-east-1b", "europe-west12-c"]);
+        assert_eq!(with(&s, &snap), (true, Vec::new()));
+        snap.nodes = zones(&["us-east-1a", "northamerica-northeast1-a", "eu-b"]);
+        assert_eq!(
+            with(&s, &snap),
+            (false, vec!["northamerica-northeast1-a".to_string()])
+        );
+        s.metadata.annotations = Some(
+            [(
+                names::ANNOTATION_ZONE_AWARE_GOSSIP.to_string(),
+                "false".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(with(&s, &snap), (false, Vec::new()));
     }
 
     #[test]

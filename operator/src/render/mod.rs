@@ -506,6 +506,7 @@ fn loki_config_with(
         "replication_factor": eff.replication_factor,
         "zone_expansion": eff.zone_aware().then(|| format!("${{{}}}", names::ENV_ZONE)),
         "zone_awareness": zone_awareness,
+        "zone_gossip": eff.zone_aware() && eff.zone_gossip,
         "storage": {"block": storage::config_block(st), "backend": st.as_str(), "fields": fields},
         "schemas": schemas,
         "boltdb": boltdb,
@@ -802,6 +803,14 @@ fn workload(
         "update_strategy": update_strategy(eff),
     });
     merge(&mut ctx, container(stack, c, settings, config_file));
+    // The ingesters bridge the zone-aware gossip between zones: every zone of the ring
+    // has one (they are spread zone by zone), and losing a zone takes only its own
+    // bridges; Loki gossips with every zone while a zone has members but no live bridge.
+    if comp == Component::Ingester && eff.zone_aware() && eff.zone_gossip {
+        if let Some(args) = ctx["args"].as_array_mut() {
+            args.push(names::FLAG_GOSSIP_BRIDGE.into());
+        }
+    }
     merge(&mut ctx, pod_volumes(stack, c));
     merge(&mut ctx, ruler_volumes(eff, comp, rule_maps));
     match kind {

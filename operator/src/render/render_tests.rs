@@ -1132,6 +1132,58 @@ fn without_the_ring_and_otlp_fields_the_config_has_none_of_them() {
     assert!(c["ingester"]["lifecycler"].get("enable_inet6").is_none());
 }
 
+/// Zone-aware gossip: memberlist routes by zone with the pod's zone, as a member, and
+/// only the ingesters bridge zones; off, neither the block nor the flag.
+#[test]
+fn zone_aware_gossip_makes_ingesters_the_bridges() {
+    let s = stack("z", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+    let args = |eff: &crate::model::defaults::EffectiveStack, c: Component| -> Vec<String> {
+        let children = render(
+            &RenderInput::new(&s, eff.clone()),
+            &Settings::default(),
+            &ServerCapabilities::MODERN,
+        )
+        .expect("render");
+        pod_templates(&children)
+            .into_iter()
+            .filter(|(name, _)| *name == c.workload_name("z"))
+            .flat_map(|(_, t)| t.spec.map(|s| s.containers).unwrap_or_default())
+            .flat_map(|c| c.args.unwrap_or_default())
+            .collect()
+    };
+    let on = effective(&s.spec);
+    assert!(on.zone_gossip);
+    let routing = &config_of(&s)["memberlist"]["zone_aware_routing"];
+    assert_eq!(routing["enabled"], true);
+    assert_eq!(routing["role"], "member");
+    assert_eq!(
+        routing["instance_availability_zone"],
+        format!("${{{}}}", names::ENV_ZONE)
+    );
+    assert!(args(&on, Component::Ingester).contains(&names::FLAG_GOSSIP_BRIDGE.to_string()));
+    for c in [
+        Component::Distributor,
+        Component::Querier,
+        Component::Compactor,
+    ] {
+        assert!(
+            !args(&on, c)
+                .iter()
+                .any(|a| a.contains("zone-aware-routing")),
+            "{c:?}"
+        );
+    }
+    let off = crate::model::defaults::EffectiveStack {
+        zone_gossip: false,
+        ..on
+    };
+    assert!(!args(&off, Component::Ingester)
+        .iter()
+        .any(|a| a.contains("zone-aware-routing")));
+    let plain = config_of(&stack("p", stack_spec(LokiStackSize::Small)));
+    assert!(plain["memberlist"].get("zone_aware_routing").is_none());
+}
+
 #[test]
 fn zone_aware_stacks_bound_the_waits_on_a_lost_zone() {
     let zoned = config_of(&stack("z", zoned_spec(LokiStackSize::Small, 3, &[ZONE])));

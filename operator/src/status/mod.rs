@@ -467,6 +467,19 @@ fn warnings(
     if let Some(a) = &intent.findings.annotation {
         out.push((Reason::InvalidAnnotation, format!("{a}. Fix or remove it")));
     }
+    let long = &intent.findings.gossip_zones_too_long;
+    if !long.is_empty() {
+        out.push((
+            Reason::ZoneGossipRoutingOff,
+            format!(
+                "Loki's zone-aware gossip is off: its zone names are at most {} bytes, and {} {} longer, so gossip crosses zones freely (replication is unchanged). Annotate the stack {}=false to say so and clear this Warning",
+                names::MAX_GOSSIP_ZONE_BYTES,
+                name_list(long),
+                if long.len() == 1 { "is" } else { "are" },
+                names::ANNOTATION_ZONE_AWARE_GOSSIP
+            ),
+        ));
+    }
     // Advice about the layout, not about something happening now: last.
     out.extend(defaults::advisories(&intent.eff));
     if let Some(z) = intent
@@ -1031,6 +1044,26 @@ mod tests {
             .collect();
         assert!(!true_now.is_empty());
         assert_eq!(news, true_now);
+    }
+
+    /// Zone names too long for Loki's zone-aware gossip: a Warning naming them.
+    #[test]
+    fn a_zone_name_too_long_for_gossip_is_a_warning() {
+        let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let findings = Findings {
+            gossip_zones_too_long: vec!["northamerica-northeast1-a".into()],
+            ..Findings::default()
+        };
+        let i = intent(effective(&s.spec), findings);
+        let st = compute(&s, &Snapshot::default(), &i, &done(applied()));
+        let w = cond(&st, ConditionType::Warning);
+        assert_eq!(w.reason, "ZoneGossipRoutingOff");
+        assert!(
+            w.message.contains("northamerica-northeast1-a is longer")
+                && w.message.contains(names::ANNOTATION_ZONE_AWARE_GOSSIP),
+            "{}",
+            w.message
+        );
     }
 
     /// Switched off, zone-aware evictions are a standing Warning until switched on.
