@@ -44,13 +44,19 @@ pub async fn execute(
     let failed_over = if intent.failover.writes.is_empty() {
         Default::default()
     } else {
-        failover::run(
+        let done = failover::run(
             a.client,
             &snapshot.namespace,
             &intent.failover.writes,
             intent.now,
         )
-        .await
+        .await;
+        let (back, out): (Vec<_>, Vec<_>) = done.written.iter().partition(|w| w.available);
+        let pods = &a.metrics.failover_pods;
+        Metrics::count(pods, "out", out.len() as u64);
+        Metrics::count(pods, "back", back.len() as u64);
+        Metrics::count(pods, "failed", done.failed.len() as u64);
+        done
     };
     let prepared = match &intent.scale_down {
         Some(s) => Some(scale_down::prepare(&s.leaving).await),

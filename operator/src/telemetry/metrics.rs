@@ -178,6 +178,7 @@ pub struct Metrics {
     pub bind_to_annotated: Histogram,
     annotator_steps: Family<StepLabel, Histogram, fn() -> Histogram>,
     pub applies: Family<ResultLabel, Counter>,
+    pub failover_pods: Family<ResultLabel, Counter>,
     pub webhook_bindings: Family<ResultLabel, Counter>,
     pub webhook_duration: Histogram,
     pub webhook_pod_reads: Family<ResultLabel, Counter>,
@@ -302,6 +303,7 @@ impl Default for Metrics {
             webhook_evictions: register(r, "webhook_evictions", "pods/eviction reviews answered by this replica, by result: allowed, already_down, denied, not_leader, not_ours", Family::default()),
             pods_zoned: register(r, "pods_zoned", "Zone-aware pods given their zone, by path: bind (in the binding, by the webhook) or annotator (a patch after the bind)", Family::default()),
             applies: register(r, "child_applies", "Children per reconcile: applied, unchanged (skipped), pruned, failed", Family::default()),
+            failover_pods: register(r, "fast_failover_pods", "Pods the fast failover wrote, by result: out (Ready and zone-available set False: their zone's node Leases all stopped), back (zone-available True: renewed again), failed", Family::default()),
             stacks_by_condition: register(r, "stacks", "LokiStacks whose condition is True, by condition type", Family::default()),
             zones: register(r, "zones_observed", "Known zones (those of nodes an ingester can run on, up or down), per zone-aware stack", Family::default()),
             zone_state: register(r, "zone_state", "1 for the state a known zone is in: Available, Maintenance (every node that is up is cordoned or draining) or Unavailable (status.replication.zoneStatus)", Family::default()),
@@ -338,6 +340,9 @@ impl Default for Metrics {
         }
         for result in ["written", "conflict", "failed", "pod_gone"] {
             Metrics::count(&m.annotations, result, 0);
+        }
+        for result in ["out", "back", "failed"] {
+            Metrics::count(&m.failover_pods, result, 0);
         }
         m
     }
