@@ -3,7 +3,7 @@
 //! the Events; `act::report::publish` writes the status once per reconcile, and only when
 //! it differs from what the stack already shows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -22,7 +22,7 @@ use crate::model::conditions::{pod_phase, status_str, ConditionType, PodPhase, R
 use crate::model::defaults::{self, Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::names;
-use crate::model::pods::{component_of, is_zone_aware};
+use crate::model::pods::{component_of, condition, is_zone_aware};
 use crate::observe::Snapshot;
 
 pub mod report;
@@ -556,10 +556,32 @@ pub fn compute(
     let previous = stack.status.clone().unwrap_or_default();
     let generation = stack.metadata.generation;
     let pods = snapshot.pod_refs();
+    // A pod the fast failover takes out counts as one on a lost node: its zone went
+    // silent before Kubernetes marks the nodes, and the stack stays Ready through it as
+    // through any zone outage.
+    let silent: BTreeSet<&str> = intent
+        .failover
+        .out
+        .iter()
+        .map(|z| z.zone.as_str())
+        .collect();
+    let keys = intent
+        .findings
+        .zone
+        .as_ref()
+        .map(|z| z.keys.as_slice())
+        .unwrap_or_default();
     let lost = |p: &Pod| {
-        crate::checks::podzone::node_name(p)
-            .and_then(|n| snapshot.node(n))
-            .is_some_and(zones::node_lost)
+        let node = crate::checks::podzone::node_name(p).and_then(|n| snapshot.node(n));
+        let in_silent_zone = || {
+            node.and_then(|n| {
+                zones::zone_of(n.metadata.labels.as_ref(), keys.iter().map(String::as_str)).ok()
+            })
+            .is_some_and(|z| silent.contains(z.as_str()))
+        };
+        node.is_some_and(zones::node_lost)
+            || condition(p, names::POD_CONDITION_ZONE_AVAILABLE) == Some("False")
+            || in_silent_zone()
     };
     let by_component = components(&pods, lost);
     let pod_zones = pod_zones(&pods, |n| snapshot.node(n));
@@ -1234,6 +1256,51 @@ mod tests {
             ..Default::default()
         };
         (s, snap, plan)
+    }
+
+    /// The fast failover takes zone c's pods out (Ready False) while its nodes are still
+    /// Ready: the stack stays Ready, as through any zone outage, whether the pods already
+    /// carry the mark or the failover takes them out in this very reconcile.
+    #[test]
+    fn a_zone_taken_out_by_the_fast_failover_keeps_the_stack_ready() {
+        let (s, mut snap, mut plan) = cluster(|_, _| {});
+        let in_c = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("nc");
+        let silent = crate::checks::silence::SilentZone {
+            zone: "c".into(),
+            nodes: vec!["nc".into()],
+            last_renewed: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        };
+        // Taken out now: the snapshot still shows them Ready.
+        plan.failover.out = vec![silent];
+        let st = computed(&s, &snap, &plan, &applied());
+        assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
+        // Taken out before: Ready False with the mark, the zone still silent or not.
+        for p in snap.pods.iter_mut().filter(|p| in_c(p)) {
+            let mut marked = (**p).clone();
+            let cs = marked
+                .status
+                .as_mut()
+                .and_then(|s| s.conditions.as_mut())
+                .expect("conditions");
+            cs.retain(|c| c.type_ != "Ready");
+            for t in ["Ready", names::POD_CONDITION_ZONE_AVAILABLE] {
+                cs.push(k8s_openapi::api::core::v1::PodCondition {
+                    type_: t.into(),
+                    status: "False".into(),
+                    ..Default::default()
+                });
+            }
+            *p = Arc::new(marked);
+        }
+        plan.failover.out.clear();
+        let st = computed(&s, &snap, &plan, &applied());
+        assert_eq!(cond(&st, ConditionType::Ready).status, "True", "{st:#?}");
+        let ingesters = st
+            .components
+            .as_ref()
+            .and_then(|c| c.ingester.clone())
+            .expect("ingesters");
+        assert_eq!(ingesters["Unknown"], vec!["ingester-2"]);
     }
 
     #[test]
