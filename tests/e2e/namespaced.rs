@@ -316,7 +316,9 @@ async fn run_confined(env: &Env, op: &mut Operator, sa: &str) -> Result<()> {
         ],
     )
     .await?;
-    // The leader Lease: its own, by name, in the operator's namespace; no other Lease.
+    // The leader Lease: its own, by name, in the operator's namespace; no other Lease is
+    // written. Leases are read anywhere (the cluster reader: the fast failover watches
+    // kube-node-lease, and a ClusterRole cannot name one namespace).
     let lease = |verb| ("leases", "coordination.k8s.io", verb);
     let own = operator::NAMESPACE;
     for (rule, ns, name, want) in [
@@ -330,7 +332,10 @@ async fn run_confined(env: &Env, op: &mut Operator, sa: &str) -> Result<()> {
             false,
         ),
         (lease("update"), "kube-node-lease", "", false),
-        (lease("list"), own, "", false),
+        (lease("list"), own, "", true),
+        (lease("watch"), "kube-node-lease", "", true),
+        (lease("delete"), "kube-node-lease", "", false),
+        (lease("patch"), "kube-node-lease", "node-a", false),
         (lease("create"), own, "", true),
         (lease("create"), a, "", false),
     ] {
