@@ -8,8 +8,18 @@
 # namespace), the PIDs (CP_PIDS/CP_NAMES, HOLDER, CONTAINERD, KUBELET), names (the
 # nodes), log, die, in_node, mntns_pids, cgroup_pids, t0 (API server start),
 # run_containerd and run_kubelet (start a node's daemons again after a test stopped
-# them: its mount namespace, cgroups and files are kept), and PROMETHEUS_TOKEN (a user
-# lzo-prometheus with no role yet, for a Prometheus's discovery).
+# them: its mount namespace, cgroups and files are kept), PROMETHEUS_TOKEN (a user
+# lzo-prometheus with no role yet, for a Prometheus's discovery), and the node timings:
+# RN_TIMINGS (fast or production, below), TIMINGS_LABEL (what they are, for every
+# printed figure) and timings_switch MODE (the running cluster moved to other timings).
+#
+# RN_TIMINGS=fast (the default): the harness's timings, for speed: the node lifecycle
+# controller calls a node lost 8 s after its last heartbeat (checked every 1 s), kubelets
+# hold an 8 s Lease renewed every 2 s and post their status every 2 s, and pods tolerate
+# a not-ready or unreachable node for 10 s. RN_TIMINGS=production: Kubernetes' defaults:
+# --node-monitor-grace-period=40s, --node-monitor-period=5s (startup grace 1m and
+# eviction rate 0.1 left at their defaults), kubelets nodeLeaseDurationSeconds 40
+# (renewed every 40 x 0.25 = 10 s) and nodeStatusUpdateFrequency 10s, tolerations 300 s.
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NODES=${NODES:-1}
@@ -25,12 +35,39 @@ API="https://$APISERVER_IP:6443"
 ADMIN_TOKEN=real-node-admin-token
 PROMETHEUS_TOKEN=
 DEMO_IMAGE=registry.invalid/lzo/demo:1
+RN_TIMINGS=${RN_TIMINGS:-fast}
+
+# The flags and settings of node timings MODE (see the top of this file).
+timings_set() { # timings_set MODE
+  case $1 in
+    fast)
+      TIMINGS_CM=(--node-monitor-period=1s --node-monitor-grace-period=8s
+        --node-startup-grace-period=10s --node-eviction-rate=100)
+      TIMINGS_TOLERATION=10
+      TIMINGS_LEASE=8
+      TIMINGS_STATUS=2s
+      TIMINGS_LABEL="fast (node grace 8 s checked every 1 s, kubelet Lease 8 s renewed every 2 s, status every 2 s, tolerations 10 s)"
+      ;;
+    production)
+      TIMINGS_CM=(--node-monitor-period=5s --node-monitor-grace-period=40s)
+      TIMINGS_TOLERATION=300
+      TIMINGS_LEASE=40
+      TIMINGS_STATUS=10s
+      TIMINGS_LABEL="production (node grace 40 s checked every 5 s, kubelet Lease 40 s renewed every 10 s, status every 10 s, tolerations 300 s)"
+      ;;
+    *) die "RN_TIMINGS must be fast or production, not $1" ;;
+  esac
+  TIMINGS_API=(--default-not-ready-toleration-seconds="$TIMINGS_TOLERATION"
+    --default-unreachable-toleration-seconds="$TIMINGS_TOLERATION")
+  RN_TIMINGS=$1
+}
 
 log() { printf '[real-node %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (network and mount namespaces, cgroups)"
 [[ "$NODES" =~ ^[1-3]$ ]] || die "NODES must be 1, 2 or 3"
+timings_set "$RN_TIMINGS"
 for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   [ -x "$BIN/$b" ] || die "$BIN/$b missing: run hack/build-control-plane.sh"
 done
@@ -179,6 +216,19 @@ start_cp() { # start_cp NAME PROGRAM ARGS...
   CP_PIDS+=($!)
   CP_NAMES+=("$name")
 }
+# Stops the control-plane process NAME (by its recorded PID) and starts it again with
+# these arguments, in the same slot of CP_PIDS; its log goes on in the same file.
+# Without PROGRAM it only stops it (restart_cp NAME PROGRAM... starts it later).
+restart_cp() { # restart_cp NAME [PROGRAM ARGS...]
+  local name=$1 i; shift
+  for i in "${!CP_NAMES[@]}"; do [ "${CP_NAMES[$i]}" = "$name" ] && break; done
+  [ "${CP_NAMES[$i]}" = "$name" ] || die "restart_cp: no control-plane process $name"
+  stop_pids 10 "${CP_PIDS[$i]}"
+  [ $# -gt 0 ] || return 0
+  echo "---- restarted $(date +%T): $*" >>"$W/logs/$name.log"
+  setsid nsenter --net="/run/netns/$NS" "$@" </dev/null >>"$W/logs/$name.log" 2>&1 &
+  CP_PIDS[$i]=$!
+}
 openssl genrsa -out "$W/cp/sa.key" 2048 2>/dev/null
 {
   echo "$ADMIN_TOKEN,real-node-admin,real-node-admin,system:masters"
@@ -224,25 +274,28 @@ start_cp etcd etcd --data-dir="$W/cp/etcd" \
 # except: it serves on the bridge address as well as
 # loopback (pods and kubelets use $API), and it reaches kubelets by their InternalIP
 # (the node name does not resolve).
-start_cp kube-apiserver "$BIN/kube-apiserver" \
-  --etcd-servers=http://127.0.0.1:2379 --bind-address=0.0.0.0 --advertise-address="$APISERVER_IP" \
-  --secure-port=6443 --insecure-port=0 --cert-dir="$W/cp/certs" \
-  --token-auth-file="$W/cp/tokens.csv" --authorization-mode=RBAC \
-  --service-account-key-file="$W/cp/sa.key" --service-account-signing-key-file="$W/cp/sa.key" \
-  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-  --service-cluster-ip-range=10.96.0.0/16 --allow-privileged=true \
-  --default-not-ready-toleration-seconds=10 --default-unreachable-toleration-seconds=10 \
-  --kubelet-preferred-address-types=InternalIP --v=1 \
-  ${AGGREGATOR_ROUTING:+--enable-aggregator-routing="$AGGREGATOR_ROUTING"}
+# (The node timings' flags come from timings_set.)
+APISERVER_ARGS=(--etcd-servers=http://127.0.0.1:2379 --bind-address=0.0.0.0 --advertise-address="$APISERVER_IP"
+  --secure-port=6443 --insecure-port=0 --cert-dir="$W/cp/certs"
+  --token-auth-file="$W/cp/tokens.csv" --authorization-mode=RBAC
+  --service-account-key-file="$W/cp/sa.key" --service-account-signing-key-file="$W/cp/sa.key"
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local
+  --service-cluster-ip-range=10.96.0.0/16 --allow-privileged=true
+  --kubelet-preferred-address-types=InternalIP --v=1
+  ${AGGREGATOR_ROUTING:+--enable-aggregator-routing="$AGGREGATOR_ROUTING"})
+start_cp kube-apiserver "$BIN/kube-apiserver" "${APISERVER_ARGS[@]}" "${TIMINGS_API[@]}"
 # Up to 180 s: 4-14 s here, but once (of ~20 runs, with two other test suites and
 # builds on the 2 cores) it was not listening after 90 s.
-for _ in $(seq 360); do
-  kill -0 "${CP_PIDS[0]}" 2>/dev/null && kill -0 "${CP_PIDS[1]}" 2>/dev/null || break # etcd, kube-apiserver
-  [ -s "$W/cp/certs/apiserver.crt" ] &&
-    [ "$(nsenter --net="/run/netns/$NS" curl -s -o /dev/null -w '%{http_code}' \
-      --cacert "$W/cp/certs/apiserver.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$API/readyz")" = 200 ] && break
-  sleep 0.5
-done
+apiserver_wait() {
+  for _ in $(seq 360); do
+    kill -0 "${CP_PIDS[0]}" 2>/dev/null && kill -0 "${CP_PIDS[1]}" 2>/dev/null || break # etcd, kube-apiserver
+    [ -s "$W/cp/certs/apiserver.crt" ] &&
+      [ "$(nsenter --net="/run/netns/$NS" curl -s -o /dev/null -w '%{http_code}' \
+        --cacert "$W/cp/certs/apiserver.crt" -H "Authorization: Bearer $ADMIN_TOKEN" "$API/readyz")" = 200 ] && break
+    sleep 0.5
+  done
+}
+apiserver_wait
 kubeconfig "$KC" real-node-admin "$ADMIN_TOKEN"
 if ! kubectl get --raw /readyz >/dev/null; then
   # The work dir goes with the teardown: show why here (CI keeps only the output).
@@ -266,12 +319,11 @@ if [ "${API_FORWARD:-1}" = 1 ]; then
   kubeconfig "$W/cp/host.kubeconfig" real-node-admin "$ADMIN_TOKEN" "https://localhost:$fwd_port"
   log "API server also at https://localhost:$fwd_port from the host ($W/cp/host.kubeconfig)"
 fi
-start_cp kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KC" \
-  --leader-elect=false --port=0 --secure-port=0 \
-  --node-monitor-period=1s --node-monitor-grace-period=8s --node-startup-grace-period=10s \
-  --node-eviction-rate=100 --concurrent-statefulset-syncs=10 \
-  --service-account-private-key-file="$W/cp/sa.key" --root-ca-file="$W/cp/certs/apiserver.crt" \
-  --use-service-account-credentials=false --v=1
+CM_ARGS=(--kubeconfig="$KC" --leader-elect=false --port=0 --secure-port=0
+  --concurrent-statefulset-syncs=10
+  --service-account-private-key-file="$W/cp/sa.key" --root-ca-file="$W/cp/certs/apiserver.crt"
+  --use-service-account-credentials=false --v=1)
+start_cp kube-controller-manager "$BIN/kube-controller-manager" "${CM_ARGS[@]}" "${TIMINGS_CM[@]}"
 start_cp kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KC" --leader-elect=false \
   --port=0 --secure-port=0 --v=1
 # RBAC only (as the harness): the kubelets' users, system:node:<name> in the group
@@ -445,9 +497,10 @@ $([ "${CLUSTER_DNS:-0}" = 1 ] && printf 'clusterDNS: [%s]\nclusterDomain: cluste
 maxPods: 20
 serializeImagePulls: false
 runtimeRequestTimeout: 2m
-# The harness's controller manager calls a node lost 8 s after its last heartbeat.
-nodeLeaseDurationSeconds: 8
-nodeStatusUpdateFrequency: 2s
+# The node timings (timings_set): fast, the controller manager calls a node lost 8 s
+# after its last heartbeat; production, 40 s.
+nodeLeaseDurationSeconds: $TIMINGS_LEASE
+nodeStatusUpdateFrequency: $TIMINGS_STATUS
 volumePluginDir: /var/lib/kubelet/volumeplugins
 KCFG
   run_kubelet "$n"
@@ -495,3 +548,61 @@ kubectl get nodes -L topology.kubernetes.io/zone -o wide
 [ "$ready" -ge "$NODES" ] || die "only $ready of $NODES nodes Ready; see $W/logs/kubelet-*.log"
 log "$NODES node(s) Ready $(echo "$(date +%s.%N) - $t_nodes" | bc)s after the first containerd started"
 for _ in $(seq 60); do kubectl get serviceaccount default >/dev/null 2>&1 && break; sleep 0.5; done
+
+# The running cluster moved to the node timings MODE: the controller manager stopped,
+# the API server restarted (its default tolerations apply to pods created from then on:
+# pods that exist keep theirs), the controller manager started with the new flags (not
+# before: it exits when the API server does not answer within 10 s of its start, and
+# while it is stopped nothing marks a node NotReady for the API server's gap; with
+# production's 40 s grace the kubelet gaps below mark none either, going back to fast
+# timings they may), then one kubelet after the other with its configuration
+# rewritten. Each kubelet's Lease is deleted while it is stopped: the kubelet's lease
+# controller copies an existing Lease (component-helpers' newLease), so without that it
+# would go on renewing a Lease that says 8 s every 10 s. Returns once every node is Ready
+# with a Lease of the new duration.
+timings_switch() { # timings_switch MODE
+  [ "$1" != "$RN_TIMINGS" ] || return 0
+  local from=$RN_TIMINGS n t=$(date +%s.%N) dur
+  timings_set "$1"
+  log "node timings $from -> $TIMINGS_LABEL"
+  restart_cp kube-controller-manager
+  restart_cp kube-apiserver "$BIN/kube-apiserver" "${APISERVER_ARGS[@]}" "${TIMINGS_API[@]}"
+  apiserver_wait
+  kubectl get --raw /readyz >/dev/null || die "kube-apiserver not ready after its restart; see $W/logs/kube-apiserver.log"
+  restart_cp kube-controller-manager "$BIN/kube-controller-manager" "${CM_ARGS[@]}" "${TIMINGS_CM[@]}"
+  for n in "${names[@]}"; do
+    stop_pids 10 "${KUBELET[$n]}"
+    sed -i -e "s/^nodeLeaseDurationSeconds: .*/nodeLeaseDurationSeconds: $TIMINGS_LEASE/" \
+      -e "s/^nodeStatusUpdateFrequency: .*/nodeStatusUpdateFrequency: $TIMINGS_STATUS/" "$W/nodes/$n/kubelet.yaml"
+    kubectl -n kube-node-lease delete lease "$n" --ignore-not-found >/dev/null
+    local since
+    since=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+    run_kubelet "$n"
+    for _ in $(seq 120); do
+      dur=$(kubectl -n kube-node-lease get lease "$n" -o jsonpath='{.spec.leaseDurationSeconds}' 2>/dev/null || true)
+      [ "$dur" = "$TIMINGS_LEASE" ] && break
+      sleep 0.5
+    done
+    [ "$dur" = "$TIMINGS_LEASE" ] || die "$n's Lease says ${dur:-nothing}, not $TIMINGS_LEASE s, after its kubelet restarted"
+    # A kubelet that starts reports its node NotReady for a few seconds (PLEG not yet
+    # healthy): one node at a time, so that at most one zone looks down.
+    local hb st
+    for _ in $(seq 120); do
+      read -r st hb < <(kubectl get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' 2>/dev/null || true)
+      [ "$st" = True ] && [[ "$hb" > "$since" ]] && break
+      sleep 0.5
+    done
+  done
+  for _ in $(seq 240); do
+    [ "$(kubectl get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null | grep -c True)" -ge "$NODES" ] && break
+    sleep 0.5
+  done
+  local i
+  for i in "${!CP_NAMES[@]}"; do
+    case ${CP_NAMES[$i]} in kube-apiserver | kube-controller-manager)
+      kill -0 "${CP_PIDS[$i]}" 2>/dev/null || die "${CP_NAMES[$i]} exited after the switch to $RN_TIMINGS timings: $(grep -a -m1 '^F[0-9]' "$W/logs/${CP_NAMES[$i]}.log" | tail -c 300)" ;;
+    esac
+  done
+  log "node timings now $RN_TIMINGS: $(echo "$(date +%s.%N) - $t" | bc) s to switch; $(kubectl get nodes --no-headers 2>/dev/null | awk '{printf "%s %s, ", $1, $2}')"
+}
+

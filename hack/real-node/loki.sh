@@ -93,6 +93,7 @@ jq_field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get(sys.
 
 loki_scenario() {
   declare -gA LOKI_PUSH
+  LOKI_TIMINGS_LABEL=$TIMINGS_LABEL
   local pods n deadline
   # ---- 1. every Loki pod Ready on the real kubelets
   deadline=$(($(date +%s) + TIMEOUT))
@@ -172,23 +173,9 @@ for s in json.load(sys.stdin)["shards"]:
     say "the zone to stop runs the operator's leader ($(holder) on $dead): a standby takes over, and the zone alert's for: counts from the new leader's series"
   fi
   [ -n "$dead" ] || { fail "no node without the compactor and index gateway to stop"; return; }
-  LOKI_DEAD_NODE=$dead
-  local dead_zone=${NODE_ZONE[$dead]} dead_ip i
-  for i in "${!names[@]}"; do [ "${names[$i]}" = "$dead" ] && dead_ip=10.89.0.$((i + 1)) && dead_range=10.88.$((i + 1)).0/24; done
-  say "stopping zone $dead_zone: $dead's kubelet, containerd and every container (SIGKILL), and dropping traffic to and from $dead_ip and $dead_range; on it: $(awk -v n="$dead" '$2 == n {printf "%s ", $1}' <<<"$pods")"
-  local t_out
-  t_out=$(now)
-  LOKI_T_STOP=$t_out
-  LOKI_DEAD_ZONE=$dead_zone
-  kill -KILL "${KUBELET[$dead]}" 2>/dev/null || true
-  kill -KILL $(cgroup_pids "lzo-rn-$ID-$dead") 2>/dev/null || true
-  kill -KILL "${CONTAINERD[$dead]}" 2>/dev/null || true
-  kill -KILL $(mntns_pids "${HOLDER[$dead]}" | grep -vx "${HOLDER[$dead]}") 2>/dev/null || true
-  local rule
-  for rule in "FORWARD -s $dead_range" "FORWARD -d $dead_range" "OUTPUT -d $dead_range" \
-    "OUTPUT -d $dead_ip/32" "INPUT -s $dead_range"; do
-    ip netns exec "$NS" iptables -I ${rule%% *} 1 ${rule#* } -j DROP -m comment --comment lzo-e2e-zone-down
-  done
+  say "stopping zone ${NODE_ZONE[$dead]}: on $dead: $(awk -v n="$dead" '$2 == n {printf "%s ", $1}' <<<"$pods")"
+  loki_zone_stop "$dead"
+  local t_out=$LOKI_T_STOP dead_zone=$LOKI_DEAD_ZONE
   # The node goes NotReady once its lease expires (8 s), the operator sees the zone down.
   deadline=$(($(date +%s) + TIMEOUT))
   local zstate=""
@@ -200,8 +187,9 @@ for s in json.load(sys.stdin)["shards"]:
   TIME[zone_unavailable]=$(secs "$t_out")
   assert "the operator reports zone $dead_zone Unavailable in status.replication.zoneStatus (${TIME[zone_unavailable]} s after the stop): $zstate" \
     [ "$zstate" = Unavailable ]
-  # Stateless pods of the lost node are evicted (10 s toleration) and start elsewhere.
-  deadline=$(($(date +%s) + TIMEOUT))
+  # Stateless pods of the lost node are evicted (10 s toleration; 300 s with
+  # RN_TIMINGS=production) and start elsewhere.
+  deadline=$(($(date +%s) + TIMEOUT + TIMINGS_TOLERATION))
   while [ "$(date +%s)" -lt "$deadline" ]; do
     pods=$(loki_pods)
     [ "$(awk -v d="$dead" '$4 == "True" && $2 != d' <<<"$pods" | grep -c .)" -ge $((expected_zone_aware - 1)) ] && break
@@ -263,6 +251,27 @@ for s in json.load(sys.stdin)["shards"]:
     bash -c "[ '$before' != '?' ] && [ '$after' != '?' ] && [ '$after' -gt '$before' ]"
 }
 
+# A zone lost as a whole: NODE's kubelet, every container in its cgroup, containerd and
+# its shims SIGKILLed, and iptables dropping all traffic to and from its node address
+# and pod range, so that its pods time out as a lost zone's do rather than refuse.
+# Sets LOKI_DEAD_NODE, LOKI_DEAD_ZONE and LOKI_T_STOP (the time of the first kill).
+loki_zone_stop() { # loki_zone_stop NODE
+  local dead=$1 dead_ip dead_range i rule
+  for i in "${!names[@]}"; do [ "${names[$i]}" = "$dead" ] && dead_ip=10.89.0.$((i + 1)) && dead_range=10.88.$((i + 1)).0/24; done
+  LOKI_DEAD_NODE=$dead
+  LOKI_DEAD_ZONE=${NODE_ZONE[$dead]}
+  say "stopping zone $LOKI_DEAD_ZONE: $dead's kubelet, containerd and every container (SIGKILL), and dropping traffic to and from $dead_ip and $dead_range"
+  LOKI_T_STOP=$(now)
+  kill -KILL "${KUBELET[$dead]}" 2>/dev/null || true
+  kill -KILL $(cgroup_pids "lzo-rn-$ID-$dead") 2>/dev/null || true
+  kill -KILL "${CONTAINERD[$dead]}" 2>/dev/null || true
+  kill -KILL $(mntns_pids "${HOLDER[$dead]}" | grep -vx "${HOLDER[$dead]}") 2>/dev/null || true
+  for rule in "FORWARD -s $dead_range" "FORWARD -d $dead_range" "OUTPUT -d $dead_range" \
+    "OUTPUT -d $dead_ip/32" "INPUT -s $dead_range"; do
+    ip netns exec "$NS" iptables -I ${rule%% *} 1 ${rule#* } -j DROP -m comment --comment lzo-e2e-zone-down
+  done
+}
+
 # The stopped zone back: the DROP rules out, containerd and the kubelet started again
 # (its mount namespace, cgroup root and files were kept; the kubelet registers again and
 # takes its pods back).
@@ -277,7 +286,7 @@ loki_zone_return() {
 }
 
 loki_figures() {
-  echo "real Loki (LOKI_IMAGE_ARCHIVE=$LOKI_IMAGE_ARCHIVE):"
+  echo "real Loki (LOKI_IMAGE_ARCHIVE=$LOKI_IMAGE_ARCHIVE), node timings ${LOKI_TIMINGS_LABEL:-?}:"
   printf '  %-44s %8s s\n' "every Loki pod Ready (stack created ->)" "${TIME[loki_ready]:-?}"
   printf '  %-44s %8s s\n' "zone stopped -> operator says Unavailable" "${TIME[zone_unavailable]:-?}"
   printf '  %-44s %8s s\n' "zone stopped -> stateless pods Ready again" "${TIME[stateless_back]:-?}"
