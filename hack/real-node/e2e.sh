@@ -27,6 +27,15 @@
 #                        pinned by its digest in the release): the real-Loki scenario of
 #                        loki.sh runs (S3 server, every component Ready, lines pushed, a
 #                        zone stopped, a surviving ingester restarted, every line back)
+#   RN_TIMINGS=fast|production  the cluster's node timings (lib.sh; default fast: node
+#                        grace 8 s, Lease 8 s, tolerations 10 s; production: Kubernetes'
+#                        defaults, grace 40 s, Lease 40 s renewed every 10 s, 300 s)
+#   CLIENT_VIEW=0        with LOKI_IMAGE_ARCHIVE, leave out the client's view of a zone
+#                        loss under production timings (client-view.sh: the cluster is
+#                        moved to RN_TIMINGS=production, one zone stopped and brought back
+#                        twice, with the fast failover off and on, a steady client through
+#                        the Services each time; CV_BEFORE/CV_OUTAGE/CV_AFTER seconds,
+#                        default 20/90/20; CV_VARIANTS, default "off on")
 #   TIMEOUT=SECONDS      per wait (default 300)
 #   PROMETHEUS=0         leave out the Prometheus checks (prometheus.sh)
 #   KEEP=1               stay up at the end until Enter (or SIGTERM)
@@ -99,6 +108,8 @@ source "$repo/hack/real-node/lib.sh"
 # shellcheck source=hack/real-node/prometheus.sh
 source "$repo/hack/real-node/prometheus.sh"
 TIME[cluster]=$(secs "$t")
+# Every figure printed below names the node timings it was measured under.
+RUN_TIMINGS_LABEL=$TIMINGS_LABEL
 WATCH_PID=
 cleanup() {
   [ -n "$WATCH_PID" ] && kill "$WATCH_PID" 2>/dev/null
@@ -106,7 +117,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-say "cluster up: ${TIME[cluster]} s ($NODES real node(s); images come from the registry at $REGISTRY_ADDR)"
+say "cluster up: ${TIME[cluster]} s ($NODES real node(s); images come from the registry at $REGISTRY_ADDR; node timings $TIMINGS_LABEL)"
 
 FAIL=0
 FAILED=()
@@ -627,6 +638,15 @@ else
 fi
 prom_dashboards_check
 [ -z "${PROM_DIR:-}" ] || PROM_ADDED=$(awk -v a="${PROM_ADDED:-0}" -v b="$(secs "$t_prom")" 'BEGIN {printf "%.1f", a + b}')
+# The client's view of a zone loss under production timings (issue 42): with a Loki
+# image only, last, since it moves the cluster to other node timings.
+if [ -n "${LOKI_IMAGE_ARCHIVE:-}" ] && [ "${CLIENT_VIEW:-1}" = 1 ]; then
+  # shellcheck source=hack/real-node/client-view.sh
+  source "$repo/hack/real-node/client-view.sh"
+  t=$(now)
+  cv_run
+  TIME[client_view]=$(secs "$t")
+fi
 
 # ---------------------------------------------------------------- 9. figures
 ticks() { local s=0 p; for p in "$@"; do [ -r "/proc/$p/stat" ] && s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $s; }
@@ -653,6 +673,7 @@ op_pids=($(printf '%s\n' "${op_pids[@]}" | sort -u))
 TIME[total]=$(secs "$T_ALL")
 {
   echo
+  echo "node timings of every figure below unless it says otherwise: $RUN_TIMINGS_LABEL"
   echo "timings (wall):"
   printf '  %-44s %8s s  (CPU of the build: %s s)\n' "build (release unless USE_DIST, control plane, kubelet)" "${TIME[build]}" "${CPU[build]}"
   printf '  %-44s %8s s\n' "cluster up ($NODES real nodes Ready, registry)" "${TIME[cluster]}"
@@ -662,6 +683,7 @@ TIME[total]=$(secs "$T_ALL")
   printf '  %-44s %8s s\n' "uninstall (delete -l ... -f install.yaml)" "${TIME[uninstall]:-?}"
   printf '  %-44s %8s s\n' "prefixed make deploy -> 2 Ready, webhooks" "${TIME[prefixed]:-?}"
   printf '  %-44s %8s s\n' "drain of an ingester's node (kubectl drain)" "${TIME[drain]:-?}"
+  printf '  %-44s %8s s\n' "client view (production timings, 2 outages)" "${TIME[client_view]:-not run}"
   printf '  %-44s %8s s\n' "total until the checks ended" "${TIME[total]}"
   echo "CPU (seconds since start) and RSS now, per part:"
   printf '  %-44s %8s s %6s MiB\n' "control plane (${#CP_PIDS[@]} processes)" "$(cpu_s "${CP_PIDS[@]}")" "$(rss "${CP_PIDS[@]}")"
@@ -675,8 +697,10 @@ TIME[total]=$(secs "$T_ALL")
   printf '  %-44s %8s s %6s MiB\n' "containerd shims (${#shim_pids[@]}, all nodes)" "$(cpu_s "${shim_pids[@]}")" "$(rss "${shim_pids[@]}")"
   printf '  %-44s %8s s %6s MiB\n' "operator replicas (${#op_pids[@]} processes)" "$(cpu_s "${op_pids[@]}")" "$(rss "${op_pids[@]}")"
   [ -z "${LOKI_IMAGE_ARCHIVE:-}" ] || loki_figures
+  [ -z "${PROM_DIR:-}" ] || echo "(the Prometheus figures below: node timings $RUN_TIMINGS_LABEL)"
   prom_figures
   [ -z "${PROM_DIR:-}" ] || printf '  %-44s %8s s\n' "added by the Prometheus checks (wall)" "${PROM_ADDED:-?}"
+  [ -z "${CV_DIR:-}" ] || cv_figures
 } >&2
 
 if [ "$KEEP" = 1 ]; then
