@@ -17,8 +17,6 @@
 //! deleted, restarted or rescheduled, and it comes back by itself once its kubelets
 //! renew their Leases. No pod of a zone outside the verdict is ever touched.
 
-use std::collections::BTreeSet;
-
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::checks::podzone::node_name;
@@ -46,7 +44,6 @@ pub fn plan(snapshot: &Snapshot, zone: Option<&ZoneCheck>, on: bool) -> Failover
     } else {
         Silence::default()
     };
-    let out: BTreeSet<&str> = verdict.out.iter().map(|z| z.zone.as_str()).collect();
     let writes = snapshot
         .pods
         .iter()
@@ -66,11 +63,16 @@ pub fn plan(snapshot: &Snapshot, zone: Option<&ZoneCheck>, on: bool) -> Failover
                     );
                     (false, message)
                 }
-                None if marked_out(pod) && !out.contains(pod_zone.as_str()) => {
-                    let message = format!(
-                        "zone {pod_zone}'s node Leases are renewed again: back in its Services once its kubelet reports it Ready"
-                    );
-                    (true, message)
+                None if marked_out(pod) => {
+                    let why = if on {
+                        format!("zone {pod_zone}'s node Leases are renewed again")
+                    } else {
+                        format!(
+                            "the fast failover is off for this stack ({})",
+                            names::ANNOTATION_ZONE_FAST_FAILOVER
+                        )
+                    };
+                    (true, format!("{why}: back in its Services once its kubelet reports it Ready"))
                 }
                 _ => return None,
             };
@@ -259,6 +261,7 @@ mod tests {
         let silent = snapshot(&[("na", 0), ("nb", 29), ("nc", 29)], 30, ps);
         let off = plan(&silent, Some(&check(&silent)), false);
         assert!(off.out.is_empty());
+        assert!(off.writes[0].message.contains("fast failover is off"));
         assert_eq!(
             writes(&off),
             vec![("s-ingester-0", true), ("s-distributor-x", true)]

@@ -202,8 +202,16 @@ fn failover_events(intent: &Intent, done: &Done) -> Vec<PlannedEvent> {
         .map(|((zone, available), pods)| {
             let action = Some(format!("Zone {zone}"));
             if available {
+                let why = if intent.findings.fast_failover_off {
+                    format!(
+                        "the fast failover is off for this stack ({})",
+                        names::ANNOTATION_ZONE_FAST_FAILOVER
+                    )
+                } else {
+                    format!("zone {zone}'s node Leases are renewed again")
+                };
                 let note = format!(
-                    "zone {zone}'s node Leases are renewed again: pods {} marked {}=True, back in their Services once their kubelets report them Ready",
+                    "{why}: pods {} marked {}=True, back in their Services once their kubelets report them Ready",
                     list(&pods),
                     names::POD_CONDITION_ZONE_AVAILABLE
                 );
@@ -264,5 +272,55 @@ fn moved_note(m: &Move) -> String {
             "pod {} waited on claims that were deleted: deleted it, so its StatefulSet creates it with new claims in an available zone",
             m.pod
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intent::{Findings, ZoneServiceWrite};
+    use crate::model::api::LokiStackSize;
+    use crate::model::defaults::effective;
+    use crate::testing::{applied, done, intent, zoned_spec, ZONE};
+
+    fn write(pod: &str, zone: &str, available: bool) -> ZoneServiceWrite {
+        ZoneServiceWrite {
+            pod: pod.into(),
+            uid: format!("uid-{pod}"),
+            zone: zone.into(),
+            available,
+            message: String::new(),
+        }
+    }
+
+    /// One Event per zone and direction, naming its pods; one per failed write; one
+    /// while silent zones are held.
+    #[test]
+    fn the_fast_failover_is_told_per_zone() {
+        let eff = effective(&zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
+        let mut i = intent(eff, Findings::default());
+        i.failover.held = Some((Vec::new(), "a reason".into()));
+        let mut d = done(applied());
+        d.failed_over.written = vec![
+            write("ingester-0", "a", false),
+            write("querier-0", "a", false),
+            write("ingester-1", "b", true),
+        ];
+        d.failed_over.failed = vec![(write("distributor-0", "a", false), "forbidden".into())];
+        let events = failover_events(&i, &d);
+        let reasons: Vec<&str> = events.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                "ZoneOutOfService",
+                "ZoneBackInService",
+                "ZoneFailoverFailed",
+                "ZoneFailoverHeld"
+            ]
+        );
+        assert!(events[0].warning && events[0].note.contains("ingester-0, querier-0"));
+        assert!(!events[1].warning && events[1].note.contains("renewed again"));
+        assert!(events[2].note.contains("distributor-0") && events[2].note.contains("forbidden"));
+        assert!(events[3].note.contains("a reason"));
     }
 }
