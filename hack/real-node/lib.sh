@@ -588,7 +588,8 @@ timings_switch() { # timings_switch MODE
     # healthy): one node at a time, so that at most one zone looks down.
     local hb st
     for _ in $(seq 120); do
-      read -r st hb < <(kubectl get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' 2>/dev/null || true)
+      # (jsonpath prints no newline: read returns 1, which set -e would exit on)
+      read -r st hb < <(kubectl get node "$n" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' 2>/dev/null || true) || true
       [ "$st" = True ] && [[ "$hb" > "$since" ]] && break
       sleep 0.5
     done
