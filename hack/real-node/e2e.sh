@@ -36,6 +36,11 @@
 #                        twice, with the fast failover off and on, a steady client through
 #                        the Services each time; CV_BEFORE/CV_OUTAGE/CV_AFTER seconds,
 #                        default 20/90/20; CV_VARIANTS, default "off on")
+#   TRAFFIC_VIEW=0       with LOKI_IMAGE_ARCHIVE, leave out what crosses zones
+#                        (traffic-view.sh: bytes between pods of different zones per
+#                        phase, idle, push, queries of recent and flushed data, a zone
+#                        stopped and back, with Loki's zone-aware gossip off and on;
+#                        TV_* variables there)
 #   TIMEOUT=SECONDS      per wait (default 300)
 #   PROMETHEUS=0         leave out the Prometheus checks (prometheus.sh)
 #   KEEP=1               stay up at the end until Enter (or SIGTERM)
@@ -642,10 +647,26 @@ else
   if [ -n "${LOKI_T_STOP:-}" ]; then
     # The scenario stopped a zone and left it down: the alert, then the zone back.
     prom_zone_outage_check "$LOKI_T_STOP" "$LOKI_DEAD_ZONE" loki_zone_return
+    # Without Prometheus (PROMETHEUS=0) the check above returns at once: the zone back
+    # here, for what follows.
+    [ "${LOKI_ZONE_DOWN:-0}" = 0 ] || loki_zone_return
   fi
 fi
 prom_dashboards_check
 [ -z "${PROM_DIR:-}" ] || PROM_ADDED=$(awk -v a="${PROM_ADDED:-0}" -v b="$(secs "$t_prom")" 'BEGIN {printf "%.1f", a + b}')
+# What crosses zones (issue 41): with a Loki image only, before the client view (it
+# uses the client view's helpers; the client view sources them again and starts clean).
+if [ -n "${LOKI_IMAGE_ARCHIVE:-}" ] && [ "${TRAFFIC_VIEW:-1}" = 1 ]; then
+  # shellcheck source=hack/real-node/zone-traffic.sh
+  source "$repo/hack/real-node/zone-traffic.sh"
+  # shellcheck source=hack/real-node/client-view.sh
+  source "$repo/hack/real-node/client-view.sh"
+  # shellcheck source=hack/real-node/traffic-view.sh
+  source "$repo/hack/real-node/traffic-view.sh"
+  t=$(now)
+  tv_run
+  TIME[traffic_view]=$(secs "$t")
+fi
 # The client's view of a zone loss under production timings (issue 42): with a Loki
 # image only, last, since it moves the cluster to other node timings.
 if [ -n "${LOKI_IMAGE_ARCHIVE:-}" ] && [ "${CLIENT_VIEW:-1}" = 1 ]; then
@@ -691,6 +712,7 @@ TIME[total]=$(secs "$T_ALL")
   printf '  %-44s %8s s\n' "uninstall (delete -l ... -f install.yaml)" "${TIME[uninstall]:-?}"
   printf '  %-44s %8s s\n' "prefixed make deploy -> 2 Ready, webhooks" "${TIME[prefixed]:-?}"
   printf '  %-44s %8s s\n' "drain of an ingester's node (kubectl drain)" "${TIME[drain]:-?}"
+  printf '  %-44s %8s s\n' "traffic view (gossip off and on, 2 outages)" "${TIME[traffic_view]:-not run}"
   printf '  %-44s %8s s\n' "client view (production timings, 2 outages)" "${TIME[client_view]:-not run}"
   printf '  %-44s %8s s\n' "total until the checks ended" "${TIME[total]}"
   echo "CPU (seconds since start) and RSS now, per part:"
@@ -708,6 +730,7 @@ TIME[total]=$(secs "$T_ALL")
   [ -z "${PROM_DIR:-}" ] || echo "(the Prometheus figures below: node timings $RUN_TIMINGS_LABEL)"
   prom_figures
   [ -z "${PROM_DIR:-}" ] || printf '  %-44s %8s s\n' "added by the Prometheus checks (wall)" "${PROM_ADDED:-?}"
+  [ -z "${TV_DIR:-}" ] || tv_figures
   [ -z "${CV_DIR:-}" ] || cv_figures
 } >&2
 

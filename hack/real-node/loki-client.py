@@ -9,11 +9,16 @@ address it is given is a Service or pod address there.
       stream per request; a request that fails is retried (1 s apart, 60 tries), as a
       client such as Promtail does. Appends every accepted line to SENT.jsonl. Prints
       one JSON line: lines accepted, requests, retries, lines never accepted, seconds.
+      With --line-bytes N each line is padded to N bytes with random base64 (what a
+      compressor cannot shrink much: the cross-zone accounting's volume).
 
   loki-client.py query --url http://QUERY-FRONTEND:3100 --tenant T --log SENT.jsonl
-      Queries every stream of SENT.jsonl over its time range (query_range, forward) and
-      prints one JSON line: lines expected, found, lost (expected, not found), unexpected,
-      duplicates, per phase. Exit 0 only when none is lost.
+      Queries every stream of SENT.jsonl over its time range, widened by --slack
+      seconds (1) on each side (query_range, forward), and prints one JSON line: lines
+      expected, found, lost (expected, not found), unexpected, duplicates, per phase,
+      HTTP requests sent (retries included), response bytes, and from Loki's stats the
+      ingesters reached, lines the ingesters sent and chunks the queriers downloaded
+      from the store. Exit 0 only when none is lost.
 
   loki-client.py steady --push-url http://DISTRIBUTOR:3100 --query-url http://QUERY-FRONTEND:3100
                        --tenant T --run ID --out REQUESTS.jsonl [--stop-file PATH]
@@ -41,6 +46,7 @@ address it is given is a Service or pod address there.
       verifier). Prints a text block, then one line `SUMMARY {json}`.
 """
 import argparse
+import base64
 import json
 import math
 import os
@@ -82,6 +88,9 @@ def push(a):
                     seq += 1
                     ts = base_ns + seq * 1000
                     line = f"phase={a.phase} stream=s{s:02d} seq={i} id={uuid.uuid4().hex}"
+                    if a.line_bytes > len(line) + 5:
+                        n = a.line_bytes - len(line) - 5
+                        line += " pad=" + base64.b64encode(os.urandom(n))[:n].decode()
                     values.append([str(ts), line])
                     sent.append({"phase": a.phase, "stream": f"s{s:02d}", "ts": ts, "line": line})
                 streams.append({"stream": {"job": JOB, "stream": f"s{s:02d}"}, "values": values})
@@ -121,15 +130,21 @@ def query(a):
     found, dups, unexpected = set(), 0, 0
     want = {e["line"] for e in sent}
     errors = []
+    requests = response_bytes = 0
+    # Loki's own account of where the lines came from (the response's stats).
+    stats = {"ingesters_reached": 0, "ingester_lines_sent": 0, "store_chunks_downloaded": 0}
+    slack = int(a.slack * 1_000_000_000)
     for stream, entries in sorted(by_stream.items()):
-        lo = min(e["ts"] for e in entries) - 1_000_000_000
-        hi = max(e["ts"] for e in entries) + 1_000_000_000
+        lo = min(e["ts"] for e in entries) - slack
+        hi = max(e["ts"] for e in entries) + slack
         q = urllib.parse.urlencode({
             "query": f'{{job="{JOB}", stream="{stream}"}}', "start": lo, "end": hi,
             "limit": 5000, "direction": "forward"})
         for attempt in range(10):
+            requests += 1
             try:
                 _, body = request(a.url + "/loki/api/v1/query_range?" + q, a.tenant, timeout=60)
+                response_bytes += len(body)
                 break
             except Exception as e:
                 if len(errors) < 5:
@@ -137,7 +152,13 @@ def query(a):
                 time.sleep(2)
         else:
             continue
-        result = json.loads(body)["data"]["result"]
+        data = json.loads(body)["data"]
+        result = data["result"]
+        st = data.get("stats") or {}
+        ing, store = st.get("ingester") or {}, (st.get("querier") or {}).get("store") or {}
+        stats["ingesters_reached"] += ing.get("totalReached", 0)
+        stats["ingester_lines_sent"] += ing.get("totalLinesSent", 0)
+        stats["store_chunks_downloaded"] += store.get("totalChunksDownloaded", 0)
         seen = set()
         for r in result:
             for _, line in r["values"]:
@@ -156,7 +177,8 @@ def query(a):
         p["found"] += e["line"] in found
     print(json.dumps({"expected": len(want), "found": len(found), "lost": len(lost),
                       "unexpected": unexpected, "duplicates": dups, "phases": phases,
-                      "lost_sample": sorted(lost)[:5], "errors": errors}))
+                      "lost_sample": sorted(lost)[:5], "errors": errors,
+                      "requests": requests, "response_bytes": response_bytes, "stats": stats}))
     return 0 if not lost and len(want) > 0 else 1
 
 
@@ -493,6 +515,8 @@ def main():
     pp.add_argument("--phase", required=True)
     pp.add_argument("--streams", type=int, default=10)
     pp.add_argument("--lines", type=int, default=50)
+    pp.add_argument("--line-bytes", type=int, default=0)
+    pq.add_argument("--slack", type=float, default=1.0)
     ps = sub.add_parser("steady")
     ps.add_argument("--push-url", required=True)
     ps.add_argument("--query-url", required=True)

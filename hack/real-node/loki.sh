@@ -261,12 +261,14 @@ for s in json.load(sys.stdin)["shards"]:
 # and two times in three it reaches a live endpoint, which a lost zone never allows (on a
 # bridge with a 2-endpoint VIP: 11 of 40 connections failed that way, 21 of 40 dropped
 # at the bridge). Forwarded traffic (pods to the zone's pods, by pod IP) keeps iptables'
-# FORWARD rules. Sets LOKI_DEAD_NODE, LOKI_DEAD_ZONE and LOKI_T_STOP (the first kill).
+# FORWARD rules. Sets LOKI_DEAD_NODE, LOKI_DEAD_ZONE, LOKI_T_STOP (the first kill) and
+# LOKI_ZONE_DOWN=1 (0 again on the return).
 loki_zone_stop() { # loki_zone_stop NODE
   local dead=$1 dead_ip dead_range i rule
   for i in "${!names[@]}"; do [ "${names[$i]}" = "$dead" ] && dead_ip=10.89.0.$((i + 1)) && dead_range=10.88.$((i + 1)).0/24; done
   LOKI_DEAD_NODE=$dead
   LOKI_DEAD_ZONE=${NODE_ZONE[$dead]}
+  LOKI_ZONE_DOWN=1
   say "stopping zone $LOKI_DEAD_ZONE: $dead's kubelet, containerd and every container (SIGKILL), and dropping traffic to and from $dead_ip and $dead_range"
   LOKI_T_STOP=$(now)
   kill -KILL "${KUBELET[$dead]}" 2>/dev/null || true
@@ -296,6 +298,7 @@ loki_zone_return() {
   ip netns exec "$NS" nft delete table bridge lzo_zone_down 2>/dev/null || true
   run_containerd "$n"
   run_kubelet "$n"
+  LOKI_ZONE_DOWN=0
 }
 
 loki_figures() {
