@@ -64,6 +64,13 @@ subsets:
 YAML
 }
 
+# Objects under TENANT's prefix in the bucket (its chunks), or ? if the listing fails.
+loki_s3_keys() {
+  local xml
+  xml=$(in_ns curl -sf "http://$APISERVER_IP:$LOKI_S3_PORT/loki?list-type=2&prefix=$1/") || { echo "?"; return; }
+  grep -o '<Key>' <<<"$xml" | wc -l || true
+}
+
 # NAME NODE ZONE READY per Loki pod of the stack (all components).
 loki_pods() {
   kubectl -n "$STACK_NS" get pods -l app.kubernetes.io/instance="$STACK" -o json 2>/dev/null | python3 -c '
@@ -233,17 +240,12 @@ for s in json.load(sys.stdin)["shards"]:
   # ---- 8. the object store: the surviving ingesters flush their chunks to the bucket
   # (through Service minio, as configured by the operator from the Secret)
   local before after ing_ips
-  s3_keys() { # objects under the tenant's prefix (chunks), or ? if the listing fails
-    local xml
-    xml=$(in_ns curl -sf "http://$APISERVER_IP:$LOKI_S3_PORT/loki?list-type=2&prefix=$LOKI_TENANT/") || { echo "?"; return; }
-    grep -o '<Key>' <<<"$xml" | wc -l || true
-  }
-  before=$(s3_keys)
+  before=$(loki_s3_keys "$LOKI_TENANT")
   ing_ips=$(awk -v d="$dead" '$6 == "ingester" && $2 != d && $4 == "True" {print $5}' <<<"$(loki_pods)")
   for ip in $ing_ips; do in_ns curl -s -o /dev/null -X POST --max-time 10 "http://$ip:3100/flush" || true; done
   deadline=$(($(date +%s) + 60))
   while [ "$(date +%s)" -lt "$deadline" ]; do
-    after=$(s3_keys)
+    after=$(loki_s3_keys "$LOKI_TENANT")
     [ "$after" != "?" ] && [ "$before" != "?" ] && [ "$after" -gt "$before" ] && break
     sleep 1
   done

@@ -37,8 +37,8 @@
 # the return; no accepted line lost. The query and outage phases are figures.
 #
 # Uses e2e.sh's helpers (say, assert, pass, fail, kubectl, hk, jp, now, secs, in_ns,
-# until_true, STACK, STACK_NS, TIMEOUT, W, NS, names), loki.sh's (loki_pods, loki_zone_stop,
-# loki_zone_return, APISERVER_IP, LOKI_S3_PORT), client-view.sh's (cv_wait_healthy,
+# until_true, STACK, STACK_NS, TIMEOUT, W, NS, names), loki.sh's (loki_pods, jq_field,
+# loki_s3_keys, loki_zone_stop, loki_zone_return), client-view.sh's (cv_wait_healthy,
 # cv_balance, cv_one_per_zone, cv_pick_node) and zone-traffic.sh's.
 
 TV_VARIANTS=${TV_VARIANTS:-off on}
@@ -55,7 +55,7 @@ TV_TENANT=traffic-view
 TV_ANNOTATION=loki.grafana.com/zone-aware-gossip
 TV_DIR=
 TV_RF=
-declare -A TV_TABLE TV_TIME
+declare -A TV_TABLE TV_TIME TV_Q
 
 # Pods whose effective configuration (/config) has memberlist.zone_aware_routing.enabled
 # equal to WANT (true|false), and how many Loki pods there are: "MATCHING ALL".
@@ -77,22 +77,24 @@ tv_all_gossip() { # WANT: every Loki pod Ready runs WANT, and the stack is healt
   [ "${r% *}" = "${r#* }" ] && [ "${r% *}" -gt 0 ] && cv_healthy
 }
 
-# Chunk objects of the tenant in the bucket, or ? when the listing fails.
-tv_s3_keys() {
-  local xml
-  xml=$(in_ns curl -sf "http://$APISERVER_IP:$LOKI_S3_PORT/loki?list-type=2&prefix=$TV_TENANT/") || { echo "?"; return; }
-  grep -o '<Key>' <<<"$xml" | wc -l || true
-}
-
 tv_push() { # PHASE URL LINES SENT: pushes; prints the client's JSON line
   in_ns python3 "$here/loki-client.py" push --url "$2" --tenant "$TV_TENANT" --phase "$1" \
     --streams "$TV_STREAMS" --lines "$3" --line-bytes "$TV_LINE_BYTES" --log "$4" 2>>"$W/logs/loki-client.log"
+}
+# PHASE URL SENT SLACK FILE: every stream of SENT queried, then the counters'
+# snapshot PHASE; the requests, response bytes and Loki's stats in TV_Q[PHASE].
+tv_query_phase() {
+  local q
+  q=$(tv_query "$2" "$3" "$4")
+  zt_snapshot "$NS" "$1" "$5"
+  say "traffic view: $1: $q"
+  TV_Q[$1]="$(jq_field "$q" requests) requests, $(jq_field "$q" response_bytes) B of responses, Loki's stats $(jq_field "$q" stats)"
+  TV_Q[$1.requests]=$(jq_field "$q" requests)
 }
 tv_query() { # URL SENT SLACK: every stream of SENT queried back; prints the client's JSON line
   in_ns python3 "$here/loki-client.py" query --url "$1" --tenant "$TV_TENANT" --log "$2" --slack "$3" \
     2>>"$W/logs/loki-client.log" || true
 }
-tv_field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2], "?"))' "$1" "$2" 2>/dev/null || echo "?"; }
 
 tv_run() {
   TV_DIR=$W/traffic-view
@@ -185,28 +187,22 @@ tv_variant() { # off | on
   out=$(tv_push push "http://$dist:3100" "$TV_LINES" "$dir/sent-push.jsonl")
   zt_snapshot "$NS" push "$f"
   say "traffic view $name: push: $out"
-  assert "traffic view $name: every pushed line accepted ($(tv_field "$out" accepted) accepted, $(tv_field "$out" retries) requests retried)" \
-    [ "$(tv_field "$out" never_accepted)" = 0 ]
+  assert "traffic view $name: every pushed line accepted ($(jq_field "$out" accepted) accepted, $(jq_field "$out" retries) requests retried)" \
+    [ "$(jq_field "$out" never_accepted)" = 0 ]
   pushed=$(zt_sent_bytes "$dir/sent-push.jsonl" push)
 
-  q=$(tv_query "http://$qf:3100" "$dir/sent-push.jsonl" 1)
-  zt_snapshot "$NS" query-recent "$f"
-  say "traffic view $name: query of recent data: $q"
-  local q_recent q_recent_bytes q_recent_stats
-  q_recent=$(tv_field "$q" requests)
-  q_recent_bytes=$(tv_field "$q" response_bytes)
-  q_recent_stats=$(tv_field "$q" stats)
+  tv_query_phase query-recent "http://$qf:3100" "$dir/sent-push.jsonl" 1 "$f"
 
   # Every ingester's chunks to the bucket; done when the tenant's object count has grown
   # and stayed the same for 5 s.
   local before after ip deadline last=-1 same=0 t_flush
-  before=$(tv_s3_keys)
+  before=$(loki_s3_keys "$TV_TENANT")
   for ip in $(loki_pods | awk '$6 == "ingester" && $4 == "True" {print $5}'); do
     in_ns curl -s -o /dev/null -X POST --max-time 10 "http://$ip:3100/flush" || true
   done
   deadline=$(($(date +%s) + 120))
   while [ "$(date +%s)" -lt "$deadline" ]; do
-    after=$(tv_s3_keys)
+    after=$(loki_s3_keys "$TV_TENANT")
     if [ "$after" = "$last" ]; then same=$((same + 1)); else same=0; last=$after; fi
     [ "$same" -ge 5 ] && [ "$after" != "?" ] && [ "$before" != "?" ] && [ "$after" -gt "$before" ] && break
     sleep 1
@@ -224,21 +220,16 @@ tv_variant() { # off | on
   sleep "$idle"
   zt_snapshot "$NS" idle "$f"
 
-  q=$(tv_query "http://$qf:3100" "$dir/sent-push.jsonl" 2)
-  zt_snapshot "$NS" query-store "$f"
-  say "traffic view $name: query of flushed data: $q"
-  local q_store q_store_bytes q_store_stats
-  q_store=$(tv_field "$q" requests)
-  q_store_bytes=$(tv_field "$q" response_bytes)
-  q_store_stats=$(tv_field "$q" stats)
+  # A wider range than query-recent's (slack 2 s): another query, not a cached answer.
+  tv_query_phase query-store "http://$qf:3100" "$dir/sent-push.jsonl" 2 "$f"
 
   say "traffic view $name: on $dead: $(loki_pods | awk -v n="$dead" '$2 == n {printf "%s ", $1}')"
   loki_zone_stop "$dead"
   local stop=$LOKI_T_STOP
   out=$(tv_push zone-down "http://$dist:3100" "$TV_DOWN_LINES" "$dir/sent-down.jsonl")
   say "traffic view $name: push with ${NODE_ZONE[$dead]} down: $out"
-  assert "traffic view $name: every line pushed with ${NODE_ZONE[$dead]} down accepted ($(tv_field "$out" accepted) accepted, $(tv_field "$out" retries) requests retried)" \
-    [ "$(tv_field "$out" never_accepted)" = 0 ]
+  assert "traffic view $name: every line pushed with ${NODE_ZONE[$dead]} down accepted ($(jq_field "$out" accepted) accepted, $(jq_field "$out" retries) requests retried)" \
+    [ "$(jq_field "$out" never_accepted)" = 0 ]
   sleep "$(awk -v s="$stop" -v k="$TV_OUTAGE" -v n="$(now)" 'BEGIN {d = s + k - n; print (d > 0 ? d : 0)}')"
   zt_snapshot "$NS" zone-down "$f"
   local down_pushed
@@ -254,18 +245,18 @@ tv_variant() { # off | on
   cat "$dir/sent-push.jsonl" "$dir/sent-down.jsonl" >"$dir/sent-all.jsonl"
   q=$(tv_query "http://$(svc_ip "$STACK-query-frontend-http"):3100" "$dir/sent-all.jsonl" 1)
   say "traffic view $name: every line of the variant queried back: $q"
-  assert "traffic view $name: no line lost through the outage of ${NODE_ZONE[$dead]}: $(tv_field "$q" found) of $(tv_field "$q" expected) found, lost $(tv_field "$q" lost)" \
-    [ "$(tv_field "$q" lost)/$(tv_field "$q" expected)" = "0/$((TV_STREAMS * (TV_LINES + TV_DOWN_LINES)))" ]
+  assert "traffic view $name: no line lost through the outage of ${NODE_ZONE[$dead]}: $(jq_field "$q" found) of $(jq_field "$q" expected) found, lost $(jq_field "$q" lost)" \
+    [ "$(jq_field "$q" lost)/$(jq_field "$q" expected)" = "0/$((TV_STREAMS * (TV_LINES + TV_DOWN_LINES)))" ]
 
   zt_table "$f" --rf "${TV_RF:-3}" --pushed-bytes "push=$pushed" \
-    --queries "query-recent=$q_recent" --queries "query-store=$q_store" >"$dir/table.txt" 2>&1 ||
+    --queries "query-recent=${TV_Q[query-recent.requests]}" --queries "query-store=${TV_Q[query-store.requests]}" >"$dir/table.txt" 2>&1 ||
     { fail "traffic view $name: zt_table failed: $(tail -n 3 "$dir/table.txt")"; return 0; }
   sed -n 's/^{"zone_traffic"/&/p' "$dir/table.txt" >"$dir/table.json"
   TV_TABLE[$name]=$dir/table.json
   {
     echo "  gossip $name; entry zone $entry_zone; ${NODE_ZONE[$dead]} stopped in zone-down;"
-    echo "  query-recent: $q_recent requests, $q_recent_bytes B of responses, Loki's stats $q_recent_stats"
-    echo "  query-store: $q_store requests, $q_store_bytes B of responses, Loki's stats $q_store_stats"
+    echo "  query-recent: ${TV_Q[query-recent]}"
+    echo "  query-store: ${TV_Q[query-store]}"
     echo "  zone-down pushed $down_pushed B (copies go to the live zones only)"
   } >"$dir/context.txt"
   local vf
