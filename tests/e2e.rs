@@ -39,7 +39,7 @@ use disruptions::{
 };
 #[path = "e2e/failover.rs"]
 mod failover;
-use failover::a_silent_zone_leaves_its_services_until_it_renews;
+use failover::{a_paused_control_plane_takes_no_zone_out, a_silent_zone_leaves_its_services_until_it_renews};
 #[path = "e2e/migrate.rs"]
 mod migrate;
 use migrate::a_stack_left_by_the_go_operator_is_taken_over;
@@ -1766,6 +1766,7 @@ fn main() -> std::process::ExitCode {
         compactor_is_moved_out_of_a_lost_zone_when_opted_in,
         a_cordoned_zone_is_never_recovered,
         a_silent_zone_leaves_its_services_until_it_renews,
+        a_paused_control_plane_takes_no_zone_out,
         pods_are_zoned_in_the_event_that_binds_them,
         a_namespace_without_zone_aware_stacks_never_reaches_the_webhook,
         a_broken_webhook_never_blocks_scheduling,

@@ -195,3 +195,89 @@ pub(super) async fn a_silent_zone_leaves_its_services_until_it_renews(env: &mut 
     result?;
     restored
 }
+
+/// The operator's patches of pods' status (the failover's only write) in the audit log
+/// from byte `from` on.
+fn status_patches(audit: &std::path::Path, from: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(audit).unwrap_or_default();
+    let user = loki_zone_operator_tests::operator::service_account_user();
+    text[from.min(text.len())..]
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|ev| {
+            ev["user"]["username"] == user.as_str()
+                && ev["verb"] == "patch"
+                && ev["objectRef"]["resource"] == "pods"
+                && ev["objectRef"]["subresource"] == "status"
+        })
+        .map(|ev| format!("{} at {}", ev["objectRef"]["name"], ev["requestReceivedTimestamp"]))
+        .collect()
+}
+
+/// A number from the clock's nanoseconds: the pauses' phases, printed so a failing run
+/// can be told apart.
+fn jitter(below_ms: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    nanos.wrapping_mul(2_654_435_761) % below_ms.max(1)
+}
+
+/// Sends `signal` to the control plane's process `name`.
+fn signal(env: &Env, name: &str, signal: &str) -> Result<()> {
+    let (_, pid) = env
+        .cp
+        .named_pids()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .with_context(|| format!("no {name} process"))?;
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()?;
+    ensure!(sent.success(), "kill {signal} {pid} ({name}) failed");
+    Ok(())
+}
+
+/// A few seconds' stall of the whole control plane, as a paused API server or etcd makes
+/// it: every kubelet's renewal and the operator's watch wait together, and nothing the
+/// operator sees proves a zone silent. The simulator's zones have two nodes and 8 s
+/// Leases renewed every 2 s, so a zone is late 6 s after its last renewal: pauses of 4.5
+/// to 7.5 s, at random phases of the renewals, make zones late in the operator's view
+/// (the earlier rule, late after 4 s with no evidence asked, took one out). Not a single
+/// pod's status may be patched. `LZO_PAUSE_RUNS` sets the number of pauses (default 4,
+/// apiserver and etcd in turn).
+pub(super) async fn a_paused_control_plane_takes_no_zone_out(env: &mut Env) -> Result<()> {
+    outage_stack(env).await?;
+    let runs: usize = std::env::var("LZO_PAUSE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let audit = env.cp.dir.join("audit.log");
+    // Every node renewed a few times since the operator started: its baselines are set.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let from = std::fs::metadata(&audit).map_or(0, |m| m.len() as usize);
+    for run in 0..runs {
+        let target = if run % 2 == 0 { "kube-apiserver" } else { "etcd" };
+        let (phase, len) = (jitter(2_000), 4_500 + jitter(3_000));
+        tokio::time::sleep(Duration::from_millis(phase)).await;
+        signal(env, target, "-STOP")?;
+        tokio::time::sleep(Duration::from_millis(len)).await;
+        signal(env, target, "-CONT")?;
+        println!("    pause {run}: {target} stopped {len} ms at phase {phase} ms of the renewals");
+        // A verdict on the stale view would be written within a few seconds of the resume.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let patches = status_patches(&audit, from);
+        ensure!(
+            patches.is_empty(),
+            "the operator patched pods' status after pause {run} ({target}, {len} ms at phase {phase} ms): {patches:?}"
+        );
+    }
+    let marked: Vec<_> = states(env, &zone_pods(env).await?)
+        .await?
+        .into_iter()
+        .filter(|(_, s)| s.contains("zone-available=False"))
+        .collect();
+    ensure!(marked.is_empty(), "pods marked out: {marked:?}");
+    println!("    {runs} pauses of the control plane, no pod's status patched");
+    Ok(())
+}

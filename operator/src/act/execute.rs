@@ -49,6 +49,7 @@ pub async fn execute(
             &snapshot.namespace,
             &intent.failover.writes,
             intent.now,
+            &a.caches.node_leases,
         )
         .await;
         let (back, out): (Vec<_>, Vec<_>) = done.written.iter().partition(|w| w.available);

@@ -10,17 +10,14 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::json;
 
+use crate::heartbeats::NodeLeases;
 use crate::intent::{FailedOver, ZoneServiceWrite};
 use crate::model::conditions::status_str;
 use crate::model::names;
 
 /// The status patch of one write.
 pub fn patch_of(w: &ZoneServiceWrite, now: Timestamp) -> serde_json::Value {
-    let reason = if w.available {
-        names::POD_REASON_ZONE_RENEWING
-    } else {
-        names::POD_REASON_ZONE_UNAVAILABLE
-    };
+    let reason = w.reason;
     let condition = |type_: &str| {
         json!({
             "type": type_,
@@ -37,16 +34,30 @@ pub fn patch_of(w: &ZoneServiceWrite, now: Timestamp) -> serde_json::Value {
     json!({"metadata": {"uid": w.uid}, "status": {"conditions": conditions}})
 }
 
-/// Runs the writes; returns what happened to each.
+/// Whether the write's fence still stands: none of the silent zone's nodes was seen
+/// renewed after the view its verdict was made on.
+pub fn fence_holds(w: &ZoneServiceWrite, leases: &NodeLeases) -> bool {
+    w.fence
+        .as_ref()
+        .is_none_or(|f| !leases.renewed_after(&f.nodes, f.seq))
+}
+
+/// Runs the writes, each take-out only while its fence holds; returns what happened to
+/// each.
 pub async fn run(
     client: &Client,
     namespace: &str,
     writes: &[ZoneServiceWrite],
     now: Timestamp,
+    leases: &NodeLeases,
 ) -> FailedOver {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut report = FailedOver::default();
     for w in writes {
+        if !fence_holds(w, leases) {
+            report.dropped.push(w.clone());
+            continue;
+        }
         let patch = patch_of(w, now);
         match pods
             .patch_status(&w.pod, &PatchParams::default(), &Patch::Strategic(&patch))
@@ -69,6 +80,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::intent::Fence;
 
     fn write(available: bool) -> ZoneServiceWrite {
         ZoneServiceWrite {
@@ -76,8 +88,47 @@ mod tests {
             uid: "u1".into(),
             zone: "a".into(),
             available,
+            reason: if available {
+                names::POD_REASON_ZONE_RENEWING
+            } else {
+                names::POD_REASON_ZONE_UNAVAILABLE
+            },
             message: "m".into(),
+            fence: (!available).then(|| Fence {
+                nodes: vec!["n1".into()],
+                seq: 0,
+            }),
         }
+    }
+
+    #[test]
+    fn a_take_out_is_dropped_once_its_zone_renewed_after_the_verdicts_view() {
+        use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let lease = |s: i64| Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some("n1".into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                renew_time: Some(MicroTime(Timestamp::from_second(s).expect("ts"))),
+                lease_duration_seconds: Some(40),
+                ..Default::default()
+            }),
+        };
+        let leases = NodeLeases::default();
+        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).expect("ts");
+        leases.observe(&lease(0), t(0));
+        let mut w = write(false);
+        w.fence = Some(Fence {
+            nodes: vec!["n1".into()],
+            seq: leases.view_at(t(1)).seq,
+        });
+        assert!(fence_holds(&w, &leases));
+        leases.observe(&lease(30), t(30));
+        assert!(!fence_holds(&w, &leases));
+        // A put-back has no fence.
+        assert!(fence_holds(&write(true), &leases));
     }
 
     #[test]

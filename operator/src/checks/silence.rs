@@ -5,24 +5,37 @@
 //! judges one node at a time and waits `--node-monitor-grace-period` (40 s; 50 s from
 //! 1.32) before it marks the node NotReady and its pods unready; until then the pods of a
 //! stopped zone stay behind their Services, and a share of every client's requests goes
-//! to dead addresses. Every node of one zone missing its renewal together, while the
-//! other zones renew theirs, is far stronger evidence than one node's silence, and it is
-//! there a renewal period after the stop.
+//! to dead addresses. Every node of one zone missing its renewals together, while the
+//! other zones renew theirs, is far stronger evidence than one node's silence.
 //!
 //! Invariants of the verdict:
-//! - a zone is silent only when every node it has is late, by a full renewal period and
-//!   a grace ([`LATE_GRACE`]), and it has at least one: a single silent node among live
-//!   ones is never its zone, and a cordon (whose kubelets still renew) never a loss;
-//! - lateness is measured on the operator's own clock, from when it last saw each Lease
-//!   renewed, never from the `renewTime` a kubelet wrote: a zone whose clocks lag is not
-//!   silent (the node lifecycle controller measures the same way);
-//! - zones are taken out only while another zone is seen renewing (else the operator's
-//!   own view may be what stopped: Kubernetes' node lifecycle controller, too, stops
-//!   evicting when every zone looks down), and never more than half of the zones: a
-//!   majority silent at once is likelier the control plane's side than the zones', and
-//!   Kubernetes' own timers decide.
+//! - a zone is late only when every node it has is late, and it has at least one: a
+//!   single silent node among live ones is never its zone, and a cordon (whose kubelets
+//!   still renew) never a loss;
+//! - a node is late once it has missed its renewal and [`Tolerance::missed_renewals`]
+//!   more (default [`DEFAULT_MISSED_RENEWALS`]), plus [`LATE_GRACE`]; a zone of one node
+//!   tolerates one more (see [`Tolerance::for_zone`]);
+//! - lateness is measured on the operator's monotonic clock, from when it last saw each
+//!   Lease renewed, never from the `renewTime` a kubelet wrote: a zone whose clocks lag
+//!   is not silent, and a step of any wall clock moves nothing;
+//! - a late zone is silent only on fresh evidence: a renewal of a node in another zone
+//!   that arrived promptly (as fast as that node's renewals usually arrive) after the
+//!   moment the zone became late. The Leases come in one watch, in the order the API
+//!   server committed them, so such a renewal proves the operator's view moved past that
+//!   moment: any renewal of the late zone committed before it was delivered before it. A
+//!   view that stalled (a watch reconnecting, a paused API server or etcd, a starved
+//!   process) sees no prompt renewal, and a backlog delivered after the stall is not
+//!   prompt: neither ever makes a zone silent. The evidence settles for
+//!   [`EVIDENCE_SETTLE`] and counts only while no other zone's renewal arrived slowly
+//!   around it: a paused API server commits what it held in any order when it resumes;
+//! - never more than half of the zones are taken out: a majority silent at once is
+//!   likelier the control plane's side than the zones', and Kubernetes' own timers
+//!   decide;
+//! - a zone counts as renewing (what puts its pods back) only on a renewal this process
+//!   saw happen, never on a Lease it merely listed: a process that just started does not
+//!   put a zone that is really down back into service.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -35,31 +48,107 @@ pub const LATE_GRACE: SignedDuration = SignedDuration::from_secs(2);
 
 /// The share of its duration after which a kubelet renews its Lease (the kubelet's
 /// `NodeLeaseRenewIntervalFraction`, fixed at 0.25).
-const RENEW_DIVISOR: i64 = 4;
+const RENEW_DIVISOR: i32 = 4;
 
-/// A node's Lease as the operator saw it.
+/// The renewals a node may miss before it counts as late, by default: one. A kubelet
+/// whose Lease update hangs on a dead connection renews about two periods after its last
+/// renewal, and every kubelet of a zone does so together when they share a failing path
+/// to the API server; neither is a zone loss. It costs a period: on Kubernetes' default
+/// timings a stopped zone leaves its Services 22 s after its last renewal instead of
+/// 12 s, still well before the node lifecycle controller's 40 s (50 s from 1.32).
+pub const DEFAULT_MISSED_RENEWALS: u32 = 1;
+
+/// How long fresh evidence waits before a zone is taken out: requests that waited in a
+/// paused API server are committed in no set order when it resumes, so a renewal of the
+/// late zone queued there may come just after another zone's renewal sent later. Within
+/// this it has arrived, or the slow renewals of the other zones have shown the pause.
+pub const EVIDENCE_SETTLE: SignedDuration = SignedDuration::from_secs(1);
+
+/// The most renewals a stack may set to be missed: past that the failover is no faster
+/// than Kubernetes' own grace period, and turning it off says so more plainly.
+pub const MAX_MISSED_RENEWALS: u32 = 3;
+
+/// How the verdict tolerates late renewals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tolerance {
+    /// Renewals a node may miss, past the one it is due for, before it is late.
+    pub missed_renewals: u32,
+}
+
+impl Default for Tolerance {
+    fn default() -> Self {
+        Tolerance {
+            missed_renewals: DEFAULT_MISSED_RENEWALS,
+        }
+    }
+}
+
+impl Tolerance {
+    /// The renewals the nodes of a zone of `nodes` nodes may miss. A zone of one node
+    /// (and every zone under `kubernetes.io/hostname`) tolerates one more: a kubelet
+    /// restart, routine in maintenance, silences such a zone whole for a while, where
+    /// kubelets of a larger zone restart one at a time and the zone keeps renewing.
+    pub fn for_zone(self, nodes: usize) -> u32 {
+        self.missed_renewals + u32::from(nodes == 1)
+    }
+}
+
+/// A node's Lease as the operator saw it, every time on the operator's monotonic clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseSeen {
-    /// When the operator last saw its `renewTime` change (or first saw the Lease).
+    /// When the operator last saw its `renewTime` change, or first saw the Lease.
     pub renewed: Timestamp,
     /// `spec.leaseDurationSeconds`.
     pub duration_secs: i32,
+    /// This process saw the Lease renewed (not only listed it).
+    pub renewal_seen: bool,
+    /// When its last renewal that arrived promptly was seen: one that took no longer
+    /// from its `renewTime` to the operator than that node's quickest recent renewals,
+    /// so it cannot be a backlog delivered after a stall.
+    pub prompt_at: Option<Timestamp>,
+    /// When its last renewal that arrived slowly (not promptly, its baseline known) was
+    /// seen: a sign that the view stalled and delivered a backlog.
+    pub slow_at: Option<Timestamp>,
+    /// The position of its last renewal in the order the operator saw Lease events.
+    pub seq: u64,
 }
 
 impl LeaseSeen {
-    /// When the node counts as late: a renewal period and [`LATE_GRACE`] after it was
-    /// last seen renewed.
-    pub fn late_at(&self) -> Timestamp {
-        let period =
-            SignedDuration::from_secs(i64::from(self.duration_secs.max(1))) / RENEW_DIVISOR as i32;
-        self.renewed
-            .checked_add(period + LATE_GRACE)
+    /// The node's renewal period: a quarter of its Lease's duration.
+    pub fn period(&self) -> SignedDuration {
+        SignedDuration::from_secs(i64::from(self.duration_secs.max(1))) / RENEW_DIVISOR
+    }
+
+    /// When the node counts as late, allowing `missed` renewals past the one it is due
+    /// for, and [`LATE_GRACE`].
+    pub fn late_at(&self, missed: u32) -> Timestamp {
+        let periods = i32::try_from(missed.saturating_add(1)).unwrap_or(i32::MAX);
+        self.period()
+            .checked_mul(periods)
+            .and_then(|d| d.checked_add(LATE_GRACE))
+            .and_then(|d| self.renewed.checked_add(d).ok())
             .unwrap_or(Timestamp::MAX)
     }
 
-    pub fn late(&self, now: Timestamp) -> bool {
-        now > self.late_at()
+    pub fn late(&self, now: Timestamp, missed: u32) -> bool {
+        now > self.late_at(missed)
     }
+
+    /// Seen renewing by this process within its renewal period and grace.
+    pub fn renewing(&self, now: Timestamp) -> bool {
+        self.renewal_seen && !self.late(now, 0)
+    }
+}
+
+/// The Leases as the operator's watch delivered them, at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseView {
+    /// By node name.
+    pub leases: HashMap<String, LeaseSeen>,
+    /// The operator's monotonic clock when the view was taken.
+    pub now: Timestamp,
+    /// The Lease events seen so far (the newest one's position).
+    pub seq: u64,
 }
 
 /// A zone every node of which is late.
@@ -70,10 +159,12 @@ pub struct SilentZone {
     pub nodes: Vec<String>,
     /// When the operator last saw one of them renewed.
     pub last_renewed: Timestamp,
+    /// When the last of them became late.
+    pub late_at: Timestamp,
 }
 
 impl SilentZone {
-    /// "zone a (nodes n1, n2; silent for 14 s)".
+    /// "zone a (its node Leases n1, n2 not renewed for 24 s)".
     pub fn describe(&self, now: Timestamp) -> String {
         let secs = now.duration_since(self.last_renewed).as_secs();
         format!(
@@ -84,23 +175,25 @@ impl SilentZone {
     }
 }
 
-/// Which zones to take out of service now.
+/// Which zones to take out of service now, and which count as renewing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Silence {
     /// Silent zones to take out, sorted.
     pub out: Vec<SilentZone>,
-    /// Silent zones left to Kubernetes' own timers, and why.
+    /// Late zones left to Kubernetes' own timers, and why.
     pub held: Option<(Vec<SilentZone>, String)>,
+    /// Zones some node of which this process saw renewing within its period: the only
+    /// zones whose pods are put back.
+    pub renewing: BTreeSet<String>,
 }
 
+/// One zone's nodes and Leases.
 #[derive(Default)]
-struct ZoneLeases {
+struct ZoneLeases<'a> {
     nodes: Vec<String>,
-    /// Every node has a Lease and is late.
-    all_late: bool,
-    /// Some node renewed within its period.
-    renewing: bool,
-    last_renewed: Option<Timestamp>,
+    leases: Vec<&'a LeaseSeen>,
+    /// A node has no Lease seen: the zone is never late.
+    unseen: bool,
 }
 
 /// The most zones taken out at once, of `zones` known: half, rounded down, and one
@@ -109,216 +202,113 @@ pub fn most_out(zones: usize) -> usize {
     (zones / 2).max(1)
 }
 
-/// The silent zones of a zone-aware stack whose zone strings come from `keys`. Every
-/// node with the keys counts, whether or not the stack runs there: the zone is what is
-/// judged. A node without a Lease seen is never late.
-pub fn silence<'a>(
+/// Every node with the `keys`, by zone. Every such node counts, whether or not a stack
+/// runs there: the zone is what is judged.
+fn by_zone<'a, 'n>(
     keys: &[String],
-    nodes: impl IntoIterator<Item = &'a Node>,
-    leases: &HashMap<String, LeaseSeen>,
-    now: Timestamp,
-) -> Silence {
+    nodes: impl IntoIterator<Item = &'n Node>,
+    view: &'a LeaseView,
+) -> BTreeMap<String, ZoneLeases<'a>> {
     let mut zones: BTreeMap<String, ZoneLeases> = BTreeMap::new();
     for node in nodes {
-        let Ok(zone) = zone_of(
-            node.metadata.labels.as_ref(),
-            keys.iter().map(String::as_str),
-        ) else {
+        let labels = node.metadata.labels.as_ref();
+        let Ok(zone) = zone_of(labels, keys.iter().map(String::as_str)) else {
             continue;
         };
         let name = node.metadata.name.clone().unwrap_or_default();
-        let z = zones.entry(zone).or_insert_with(|| ZoneLeases {
-            all_late: true,
-            ..ZoneLeases::default()
-        });
-        match leases.get(&name) {
-            Some(l) => {
-                let late = l.late(now);
-                z.all_late &= late;
-                z.renewing |= !late;
-                z.last_renewed = z.last_renewed.max(Some(l.renewed));
-            }
-            None => z.all_late = false,
+        let z = zones.entry(zone).or_default();
+        match view.leases.get(&name) {
+            Some(l) => z.leases.push(l),
+            None => z.unseen = true,
         }
         z.nodes.push(name);
     }
-    let renewing = zones.values().any(|z| z.renewing);
-    let most = most_out(zones.len());
-    let silent: Vec<SilentZone> = zones
-        .into_iter()
-        .filter(|(_, z)| z.all_late && !z.nodes.is_empty())
-        .filter_map(|(zone, mut z)| {
-            z.nodes.sort();
-            Some(SilentZone {
-                zone,
-                nodes: z.nodes,
-                last_renewed: z.last_renewed?,
-            })
-        })
-        .collect();
-    if silent.is_empty() {
-        return Silence::default();
+    zones
+}
+
+/// The zone, if every node it has is late at `now`.
+fn late_zone(zone: &str, z: &ZoneLeases, tolerance: Tolerance, now: Timestamp) -> Option<SilentZone> {
+    if z.unseen || z.leases.is_empty() {
+        return None;
     }
-    let why = if !renewing {
-        Some("no zone's node Leases are seen renewed: the operator's own view of the API server may be what stopped".to_string())
-    } else if silent.len() > most {
-        Some(format!(
+    let missed = tolerance.for_zone(z.nodes.len());
+    let late_at = z.leases.iter().map(|l| l.late_at(missed)).max()?;
+    let last_renewed = z.leases.iter().map(|l| l.renewed).max()?;
+    let mut nodes = z.nodes.clone();
+    nodes.sort();
+    (now > late_at).then(|| SilentZone {
+        zone: zone.to_string(),
+        nodes,
+        last_renewed,
+        late_at,
+    })
+}
+
+/// The fresh evidence for `silent`: a renewal of a node of another zone that arrived
+/// promptly after the zone became late, at least [`EVIDENCE_SETTLE`] before `now`, with
+/// no renewal of another zone arriving slowly from a renewal period before it until now
+/// (a backlog around it: the view stalled, and a resumed API server may commit what it
+/// held in any order). The late zone's own slow renewals are its own trouble, not the
+/// view's.
+fn seen_past(silent: &SilentZone, zones: &BTreeMap<String, ZoneLeases>, now: Timestamp) -> bool {
+    let others: Vec<&LeaseSeen> = zones
+        .iter()
+        .filter(|(zone, _)| **zone != silent.zone)
+        .flat_map(|(_, z)| z.leases.iter().copied())
+        .collect();
+    let settled = |t: Timestamp| t.checked_add(EVIDENCE_SETTLE).is_ok_and(|s| s <= now);
+    others.iter().any(|l| {
+        let Some(t) = l.prompt_at.filter(|t| *t > silent.late_at && settled(*t)) else {
+            return false;
+        };
+        let calm_since = t.checked_sub(l.period()).unwrap_or(Timestamp::MIN);
+        !others
+            .iter()
+            .any(|o| o.slow_at.is_some_and(|s| s >= calm_since))
+    })
+}
+
+/// The silent zones of a zone-aware stack whose zone strings come from `keys`.
+pub fn silence<'a>(
+    keys: &[String],
+    nodes: impl IntoIterator<Item = &'a Node>,
+    view: &LeaseView,
+    tolerance: Tolerance,
+) -> Silence {
+    let zones = by_zone(keys, nodes, view);
+    let renewing = zones
+        .iter()
+        .filter(|(_, z)| z.leases.iter().any(|l| l.renewing(view.now)))
+        .map(|(zone, _)| zone.clone())
+        .collect();
+    let late: Vec<SilentZone> = zones
+        .iter()
+        .filter_map(|(zone, z)| late_zone(zone, z, tolerance, view.now))
+        .collect();
+    let (silent, unproven): (Vec<_>, Vec<_>) =
+        late.into_iter().partition(|s| seen_past(s, &zones, view.now));
+    let most = most_out(zones.len());
+    let (out, held) = if silent.len() > most {
+        let why = format!(
             "{} zones silent together, more than half of the zones (at most {most} are taken out): likelier the control plane's side than the zones'",
             silent.len()
-        ))
+        );
+        let mut all = silent;
+        all.extend(unproven);
+        all.sort_by(|a, b| a.zone.cmp(&b.zone));
+        (Vec::new(), Some((all, why)))
+    } else if unproven.is_empty() {
+        (silent, None)
     } else {
-        None
+        let why = "no other zone's Lease renewal has reached the operator promptly since they went late: the operator's own view of the API server may be what stopped".to_string();
+        (silent, Some((unproven, why)))
     };
-    match why {
-        Some(why) => Silence {
-            out: Vec::new(),
-            held: Some((silent, why)),
-        },
-        None => Silence {
-            out: silent,
-            held: None,
-        },
+    Silence {
+        out,
+        held,
+        renewing,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::testing::{node, ZONE};
-
-    fn at(secs: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + secs).expect("ts")
-    }
-
-    /// Nodes a1, a2 in zone a, b1 in b, c1 in c.
-    fn nodes() -> Vec<Node> {
-        [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")]
-            .into_iter()
-            .map(|(n, z)| node(n, &[(ZONE, z)]))
-            .collect()
-    }
-
-    /// Each node last seen renewed at the given second, with the default 40 s Lease
-    /// (renewed every 10 s: late 12 s after its last renewal).
-    fn seen(renewed: &[(&str, i64)]) -> HashMap<String, LeaseSeen> {
-        renewed
-            .iter()
-            .map(|(n, s)| {
-                let l = LeaseSeen {
-                    renewed: at(*s),
-                    duration_secs: 40,
-                };
-                (n.to_string(), l)
-            })
-            .collect()
-    }
-
-    fn verdict(renewed: &[(&str, i64)], now: i64) -> Silence {
-        let keys = vec![ZONE.to_string()];
-        silence(&keys, &nodes(), &seen(renewed), at(now))
-    }
-
-    fn out(s: &Silence) -> Vec<&str> {
-        s.out.iter().map(|z| z.zone.as_str()).collect()
-    }
-
-    #[test]
-    fn a_zone_whose_leases_all_stopped_is_out_a_renewal_period_later() {
-        // Zone a stopped at 0: a1 renewed last at -3, a2 at -1; b and c keep renewing.
-        let alive = |now: i64| [("a1", -3), ("a2", -1), ("b1", now - 1), ("c1", now - 4)];
-        let at_10 = verdict(&alive(10), 10);
-        assert!(at_10.out.is_empty() && at_10.held.is_none(), "{at_10:?}");
-        // a2 is late 12 s after -1, at 11; both are at 12.
-        assert!(verdict(&alive(11), 11).out.is_empty());
-        let at_12 = verdict(&alive(12), 12);
-        assert_eq!(out(&at_12), vec!["a"]);
-        assert_eq!(at_12.out[0].nodes, vec!["a1", "a2"]);
-        assert_eq!(at_12.out[0].last_renewed, at(-1));
-        assert!(at_12.out[0]
-            .describe(at(12))
-            .contains("not renewed for 13 s"));
-    }
-
-    #[test]
-    fn one_stale_node_among_live_ones_is_never_its_zone() {
-        let s = verdict(&[("a1", -30), ("a2", 19), ("b1", 19), ("c1", 19)], 20);
-        assert_eq!(s, Silence::default());
-    }
-
-    #[test]
-    fn a_cordoned_zone_renews_its_leases_and_is_never_out() {
-        // A cordon is a spec field: its kubelets keep renewing, which is all this reads.
-        let mut ns = nodes();
-        for n in ns
-            .iter_mut()
-            .filter(|n| n.metadata.name.as_deref() == Some("b1"))
-        {
-            n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
-        }
-        let keys = vec![ZONE.to_string()];
-        let leases = seen(&[("a1", 19), ("a2", 19), ("b1", 19), ("c1", 19)]);
-        assert_eq!(silence(&keys, &ns, &leases, at(20)), Silence::default());
-    }
-
-    #[test]
-    fn a_partition_that_heals_puts_the_zone_back() {
-        let during = verdict(&[("a1", 0), ("a2", 0), ("b1", 29), ("c1", 29)], 30);
-        assert_eq!(out(&during), vec!["a"]);
-        // The partition heals: a's kubelets renew again, and the zone is not silent.
-        let healed = verdict(&[("a1", 31), ("a2", 30), ("b1", 31), ("c1", 31)], 32);
-        assert_eq!(healed, Silence::default());
-        // One node back is enough: the zone is no longer silent as a whole.
-        let half = verdict(&[("a1", 0), ("a2", 31), ("b1", 31), ("c1", 31)], 32);
-        assert_eq!(half, Silence::default());
-    }
-
-    #[test]
-    fn nothing_goes_out_while_no_zone_is_seen_renewing() {
-        // The operator's watch stalled, or the API server: every Lease looks old.
-        let s = verdict(&[("a1", 0), ("a2", 0), ("b1", 0), ("c1", 0)], 60);
-        assert!(s.out.is_empty());
-        let (zones, why) = s.held.expect("held");
-        assert_eq!(zones.len(), 3);
-        assert!(why.contains("own view"), "{why}");
-    }
-
-    #[test]
-    fn never_more_than_half_of_the_zones() {
-        let s = verdict(&[("a1", 0), ("a2", 0), ("b1", 0), ("c1", 59)], 60);
-        assert!(s.out.is_empty());
-        let (zones, why) = s.held.expect("held");
-        assert_eq!(zones.len(), 2);
-        assert!(why.contains("at most 1 are taken out"), "{why}");
-        assert_eq!(
-            [1, 1, 1, 2, 2, 3].to_vec(),
-            (1..=6).map(most_out).collect::<Vec<_>>()
-        );
-    }
-
-    #[test]
-    fn a_node_without_a_lease_keeps_its_zone_in() {
-        // a2's Lease was never seen (a new node; or the Leases cannot be read at all).
-        let s = verdict(&[("a1", 0), ("b1", 59), ("c1", 59)], 60);
-        assert_eq!(s, Silence::default());
-        assert_eq!(
-            silence(&[ZONE.to_string()], &nodes(), &HashMap::new(), at(60)),
-            Silence::default()
-        );
-    }
-
-    #[test]
-    fn the_renewal_period_follows_the_lease_duration() {
-        // Kubelets with nodeLeaseDurationSeconds 8 renew every 2 s: late after 4 s.
-        let l = LeaseSeen {
-            renewed: at(0),
-            duration_secs: 8,
-        };
-        assert_eq!(l.late_at(), at(4));
-        assert!(!l.late(at(4)) && l.late(at(5)));
-        let default = LeaseSeen {
-            duration_secs: 40,
-            ..l
-        };
-        assert_eq!(default.late_at(), at(12));
-    }
-}
+mod tests;

@@ -18,6 +18,7 @@ use crate::model::api::{
     RULE_UNIQUE_KEYS_MSG, SELECTOR_NO_DOLLAR_MSG, TENANT_NO_DOLLAR_MSG,
 };
 use crate::model::defaults::{effective, Component, EffectiveStack};
+use crate::checks::silence::{Tolerance, DEFAULT_MISSED_RENEWALS, MAX_MISSED_RENEWALS};
 use crate::model::names::{self, MAX_STACK_NAME_LEN};
 
 /// One violated rule: the field's path and what to change.
@@ -147,6 +148,26 @@ pub fn zone_fast_failover(
         names::ANNOTATION_ZONE_FAST_FAILOVER,
         "the fast failover stays on",
     )
+}
+
+/// The renewals each node may miss before the fast failover counts it late, from a
+/// zone-aware stack's annotations
+/// ([`names::ANNOTATION_ZONE_FAST_FAILOVER_MISSED_RENEWALS`]): 0 to
+/// [`MAX_MISSED_RENEWALS`], default [`DEFAULT_MISSED_RENEWALS`]. Any other value keeps
+/// the default and is an error to report.
+pub fn zone_fast_failover_tolerance(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<Tolerance, String> {
+    let key = names::ANNOTATION_ZONE_FAST_FAILOVER_MISSED_RENEWALS;
+    let Some(v) = annotations.and_then(|a| a.get(key)) else {
+        return Ok(Tolerance::default());
+    };
+    match v.parse::<u32>() {
+        Ok(n) if n <= MAX_MISSED_RENEWALS => Ok(Tolerance { missed_renewals: n }),
+        _ => Err(format!(
+            "annotation {key}: {v:?} is not a whole number from 0 to {MAX_MISSED_RENEWALS}; the fast failover tolerates {DEFAULT_MISSED_RENEWALS} missed renewal"
+        )),
+    }
 }
 
 /// `RULE_NAME_DNS_LABEL`: a lowercase letter, then lowercase letters, digits and `-`,

@@ -4,11 +4,12 @@
 //! `plan/` (`tests/architecture.rs` checks it); `status/` turns Intent and Done into the
 //! stack's status and Events. Types, and the accessors that read them: no decision.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::checks::silence::SilentZone;
+use crate::checks::silence::{SilentZone, Tolerance};
 use crate::checks::validate::InvalidSpec;
 use crate::checks::volumes::StorageClassFinding;
 use crate::checks::zones::ZoneCheck;
@@ -42,6 +43,9 @@ pub struct Findings {
     /// The fast failover is switched off for the stack
     /// ([`crate::model::names::ANNOTATION_ZONE_FAST_FAILOVER`]).
     pub fast_failover_off: bool,
+    /// How the fast failover tolerates late renewals
+    /// ([`crate::model::names::ANNOTATION_ZONE_FAST_FAILOVER_MISSED_RENEWALS`]).
+    pub failover_tolerance: Tolerance,
     /// The ruler's rules and RulerConfig.
     pub rules: RuleFindings,
 }
@@ -204,8 +208,33 @@ pub struct ZoneServiceWrite {
     /// `false`: out of its Services, its Ready condition set False with it; `true`:
     /// back, its Ready condition left to its kubelet.
     pub available: bool,
+    /// The conditions' reason.
+    pub reason: &'static str,
     /// The conditions' message.
     pub message: String,
+    /// For a pod taken out: what the verdict stood on, checked again just before the
+    /// write.
+    pub fence: Option<Fence>,
+}
+
+/// What a take-out stands on: none of the silent zone's `nodes` renewed after the Lease
+/// event `seq` its verdict saw last. The executor drops the write when one did (the next
+/// plan judges again): a verdict is never carried out on a view older than the newest
+/// renewal of its zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub nodes: Vec<String>,
+    pub seq: u64,
+}
+
+/// A pod the fast failover took out whose kubelet set it Ready again while its zone's
+/// Leases stay silent: the kubelet is alive and its probes pass, so the pod is left in
+/// its Services and written no more until the zone renews (no flapping).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletAlive {
+    pub pod: String,
+    pub node: String,
+    pub zone: String,
 }
 
 /// The fast failover of a zone-aware stack: the silent zones whose pods leave their
@@ -216,6 +245,11 @@ pub struct Failover {
     /// Silent zones left to Kubernetes' own timers, and why.
     pub held: Option<(Vec<SilentZone>, String)>,
     pub writes: Vec<ZoneServiceWrite>,
+    /// Pods left in their Services, their kubelets being alive.
+    pub alive: Vec<KubeletAlive>,
+    /// The zones whose pods are out of their Services by the failover, or go out now:
+    /// rollouts count their pods as unavailable and roll none of them.
+    pub zones_out: BTreeSet<String>,
 }
 
 /// What the fast failover's writes came to.
@@ -224,6 +258,8 @@ pub struct FailedOver {
     pub written: Vec<ZoneServiceWrite>,
     /// Writes that failed, with why.
     pub failed: Vec<(ZoneServiceWrite, String)>,
+    /// Take-outs not written: their zone renewed after the view of their verdict.
+    pub dropped: Vec<ZoneServiceWrite>,
 }
 
 /// Whom an Event is about.

@@ -159,6 +159,10 @@ wire_enum! {
         /// Zones whose Leases all stopped, left to Kubernetes: more than the stack can
         /// lose, or no zone seen renewing (the operator's own view may be behind).
         ZoneFailoverHeld => "ZoneFailoverHeld",
+        /// On a pod the fast failover took out: its kubelet set it Ready again while its
+        /// node's Lease stays silent, so the kubelet is alive; the pod is left in its
+        /// Services rather than taken out at every kubelet sync.
+        ZoneKubeletAlive => "ZoneKubeletAlive",
         /// The stages of turning zones on and off.
         ZonesEnabling => "ZonesEnabling",
         ZonesWritePathReady => "ZonesWritePathReady",

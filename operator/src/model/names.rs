@@ -87,6 +87,11 @@ pub const ANNOTATION_ZONE_LOCAL_SERVICES: &str = "loki.grafana.com/zone-local-se
 /// longer takes the pods of a zone whose node Leases all stopped out of their Services
 /// (`checks/silence.rs`); Kubernetes' node lifecycle controller does, later.
 pub const ANNOTATION_ZONE_FAST_FAILOVER: &str = "loki.grafana.com/zone-fast-failover";
+/// On a zone-aware LokiStack, how many renewals (0 to 3) each node of a zone may miss,
+/// past the one it is due for, before the fast failover counts it late; default 1, and
+/// one more in a zone of one node (`checks/silence.rs`).
+pub const ANNOTATION_ZONE_FAST_FAILOVER_MISSED_RENEWALS: &str =
+    "loki.grafana.com/zone-fast-failover-missed-renewals";
 /// The pod condition the fast failover writes on a zone-aware stack's pods: `False`
 /// while their zone is taken out of service (their Ready condition set False with it),
 /// `True` once the zone's Leases are renewed again. Only pods it took out carry it.
@@ -95,6 +100,10 @@ pub const POD_CONDITION_ZONE_AVAILABLE: &str = "loki.grafana.com/zone-available"
 pub const POD_REASON_ZONE_UNAVAILABLE: &str = "ZoneUnavailable";
 /// The reason of the zone-available condition once the zone is back.
 pub const POD_REASON_ZONE_RENEWING: &str = "ZoneLeasesRenewed";
+/// The reason of the zone-available condition set True because the failover no longer
+/// looks at the pod: switched off, the stack's zones turned off, the stack Unmanaged or
+/// being deleted.
+pub const POD_REASON_ZONE_RELEASED: &str = "ZoneFailoverReleased";
 /// On a zone-aware LokiStack, `"false"` turns Loki's zone-aware gossip off: memberlist
 /// then gossips with members of every zone.
 pub const ANNOTATION_ZONE_AWARE_GOSSIP: &str = "loki.grafana.com/zone-aware-gossip";

@@ -23,7 +23,7 @@ use crate::caches::reflectors::Caches;
 use crate::caches::rules::{decode as decode_rule, RuleKind};
 use crate::caches::stacks::DecodeError;
 use crate::checks::podzone::node_name;
-use crate::checks::silence::LeaseSeen;
+use crate::checks::silence::LeaseView;
 use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::defaults::{zone_aware, Component};
 use crate::model::names;
@@ -153,9 +153,9 @@ pub struct Snapshot {
     pub nodes: Vec<Arc<Node>>,
     /// The volumes bound to the stack's claims, for a zone-aware stack; else empty.
     pub volumes: Vec<Arc<PersistentVolume>>,
-    /// When each node's Lease was last seen renewed, by node name, for a zone-aware
-    /// stack (the fast failover's evidence); else empty.
-    pub node_leases: HashMap<String, LeaseSeen>,
+    /// What the operator saw of each node's Lease, on its monotonic clock, for a
+    /// zone-aware stack (the fast failover's evidence); else empty.
+    pub node_leases: LeaseView,
     /// The stack's pods (by instance label), sorted by name.
     pub pods: Vec<Arc<Pod>>,
     /// The nodes the stack's pods are bound to, by name.
@@ -284,10 +284,10 @@ impl Snapshot {
             (
                 caches.nodes.state(),
                 stack_volumes(caches, &namespace, &name),
-                caches.node_leases.seen(),
+                caches.node_leases.view(),
             )
         } else {
-            (Vec::new(), Vec::new(), HashMap::new())
+            (Vec::new(), Vec::new(), LeaseView::default())
         };
         let mut pods = caches.stack_pods(&namespace, &name);
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));

@@ -1,6 +1,6 @@
 //! The fast failover: the pods of a zone whose node Leases all stopped leave their
-//! Services a renewal period after the stop, instead of after the node lifecycle
-//! controller's grace period (`checks/silence.rs` says when a zone counts as silent).
+//! Services once the zone is silent (`checks/silence.rs` says when: late on fresh
+//! evidence), instead of after the node lifecycle controller's grace period.
 //!
 //! A pod leaves its Services when its Ready condition is False: the endpoints
 //! controllers then drop it, and kube-proxy stops sending to it. A readiness gate alone
@@ -8,8 +8,17 @@
 //! kubelets compute nothing. So the plan sets Ready False itself, as the node lifecycle
 //! controller does for a node it judges lost, together with the pod condition
 //! [`names::POD_CONDITION_ZONE_AVAILABLE`], which says why and marks the pods it took
-//! out. When the zone's Leases are renewed again it sets that condition True and leaves
-//! Ready to the kubelet, whose status sync restores it within its sync period (10 s).
+//! out. When the zone's Leases are seen renewed again it sets that condition True and
+//! leaves Ready to the kubelet, whose status sync restores it within its sync period.
+//!
+//! A kubelet that sets Ready True again on a pod taken out is alive and its probes pass,
+//! whatever its Lease says (a Lease update failing on its own): the pod is left in its
+//! Services and not written again while the zone stays silent, with a Warning naming the
+//! node, rather than taken out every sync period and put back by the kubelet (flapping).
+//!
+//! The mark never lingers where the failover no longer looks: switched off, or the stack
+//! without zones, every marked pod is put back here; an Unmanaged stack or one being
+//! deleted gets [`release`] from the reconcile, as its only write.
 //!
 //! What a wrong verdict costs: a zone cut off from the control plane but still serving
 //! (a partition) stops receiving traffic through the Services while the other zones
@@ -20,75 +29,149 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::checks::podzone::node_name;
-use crate::checks::silence::{self, Silence};
+use crate::checks::silence::{self, Silence, SilentZone, Tolerance};
 use crate::checks::zones::{zone_of, ZoneCheck};
-use crate::intent::{Failover, ZoneServiceWrite};
+use crate::intent::{Failover, Fence, KubeletAlive, ZoneServiceWrite};
 use crate::model::names;
 use crate::model::pods::condition;
 use crate::observe::Snapshot;
 
-/// The failover of a zone-aware stack (`zone` is its zone check): the silent zones it
-/// takes out when `on`, and the writes that take their pods out or put back those of
-/// zones no longer silent (all of them when off, so turning it off undoes it).
-pub fn plan(snapshot: &Snapshot, zone: Option<&ZoneCheck>, on: bool) -> Failover {
-    let Some(zone) = zone else {
-        return Failover::default();
+/// Whether the failover is on for a stack, and how it tolerates late renewals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    On(Tolerance),
+    Off,
+}
+
+/// The failover of a stack (`zone` is its zone check, `None` when it has no zones): the
+/// silent zones it takes out when on, and the writes that take their pods out or put
+/// back those of zones seen renewing again (every marked pod when off or without zones,
+/// so that turning either off undoes it).
+pub fn plan(snapshot: &Snapshot, zone: Option<&ZoneCheck>, switch: Switch) -> Failover {
+    let (zone, tolerance) = match (zone, switch) {
+        (Some(z), Switch::On(t)) => (z, t),
+        (None, _) => return released(snapshot, "the stack no longer spreads over zones"),
+        (Some(_), Switch::Off) => {
+            let why = format!(
+                "the fast failover is off for this stack ({})",
+                names::ANNOTATION_ZONE_FAST_FAILOVER
+            );
+            return released(snapshot, &why);
+        }
     };
-    let verdict = if on {
-        silence::silence(
-            &zone.keys,
-            snapshot.nodes.iter().map(AsRef::as_ref),
-            &snapshot.node_leases,
-            snapshot.now,
-        )
-    } else {
-        Silence::default()
-    };
-    let writes = snapshot
-        .pods
-        .iter()
-        .filter_map(|pod| {
-            let node = snapshot.node(node_name(pod)?)?;
-            let pod_zone = zone_of(
-                node.metadata.labels.as_ref(),
-                zone.keys.iter().map(String::as_str),
-            )
-            .ok()?;
-            let silent = verdict.out.iter().find(|z| z.zone == pod_zone);
-            let write = match silent {
-                Some(z) if pod.metadata.deletion_timestamp.is_none() && !taken_out(pod) => {
-                    let message = format!(
-                        "{} while other zones renew theirs: taken out of its Services by the Loki zone operator until they are renewed",
-                        z.describe(snapshot.now)
-                    );
-                    (false, message)
+    let verdict = silence::silence(
+        &zone.keys,
+        snapshot.nodes.iter().map(AsRef::as_ref),
+        &snapshot.node_leases,
+        tolerance,
+    );
+    let mut failover = Failover::default();
+    for pod in &snapshot.pods {
+        let Some((node, pod_zone)) = placed(snapshot, &zone.keys, pod) else {
+            continue;
+        };
+        match verdict.out.iter().find(|z| z.zone == pod_zone) {
+            Some(silent) => take_out(snapshot, pod, &node, silent, &mut failover),
+            None if marked_out(pod) => {
+                if verdict.renewing.contains(&pod_zone) {
+                    let why = format!("zone {pod_zone}'s node Leases are renewed again");
+                    failover.writes.extend(back(pod, &pod_zone, names::POD_REASON_ZONE_RENEWING, &why));
+                } else {
+                    // Held or not yet seen renewing (a process that just started): the
+                    // mark stays until a renewal is seen.
+                    failover.zones_out.insert(pod_zone);
                 }
-                None if marked_out(pod) => {
-                    let why = if on {
-                        format!("zone {pod_zone}'s node Leases are renewed again")
-                    } else {
-                        format!(
-                            "the fast failover is off for this stack ({})",
-                            names::ANNOTATION_ZONE_FAST_FAILOVER
-                        )
-                    };
-                    (true, format!("{why}: back in its Services once its kubelet reports it Ready"))
-                }
-                _ => return None,
-            };
-            Some(ZoneServiceWrite {
-                pod: pod.metadata.name.clone()?,
-                uid: pod.metadata.uid.clone()?,
-                zone: pod_zone,
-                available: write.0,
-                message: write.1,
-            })
-        })
-        .collect();
+            }
+            None => {}
+        }
+    }
+    failover.zones_out.extend(verdict.out.iter().map(|z| z.zone.clone()));
+    let Silence { out, held, .. } = verdict;
     Failover {
-        out: verdict.out,
-        held: verdict.held,
-        writes,
+        out,
+        held,
+        ..failover
+    }
+}
+
+/// The pod's node and zone, for a pod bound to a node with the keys.
+fn placed(snapshot: &Snapshot, keys: &[String], pod: &Pod) -> Option<(String, String)> {
+    let name = node_name(pod)?;
+    let node = snapshot.node(name)?;
+    let zone = zone_of(node.metadata.labels.as_ref(), keys.iter().map(String::as_str)).ok()?;
+    Some((name.to_string(), zone))
+}
+
+/// A pod of a silent zone: taken out, unless it is already, is terminating, or its
+/// kubelet set it Ready again since it was taken out.
+fn take_out(snapshot: &Snapshot, pod: &Pod, node: &str, silent: &SilentZone, f: &mut Failover) {
+    if pod.metadata.deletion_timestamp.is_some() || taken_out(pod) {
+        return;
+    }
+    let (Some(name), Some(uid)) = (pod.metadata.name.clone(), pod.metadata.uid.clone()) else {
+        return;
+    };
+    if ready_again(pod) {
+        f.alive.push(KubeletAlive {
+            pod: name,
+            node: node.to_string(),
+            zone: silent.zone.clone(),
+        });
+        return;
+    }
+    let message = format!(
+        "{} while other zones renew theirs: taken out of its Services by the Loki zone operator until they are renewed",
+        silent.describe(snapshot.node_leases.now)
+    );
+    f.writes.push(ZoneServiceWrite {
+        pod: name,
+        uid,
+        zone: silent.zone.clone(),
+        available: false,
+        reason: names::POD_REASON_ZONE_UNAVAILABLE,
+        message,
+        fence: Some(Fence {
+            nodes: silent.nodes.clone(),
+            seq: snapshot.node_leases.seq,
+        }),
+    });
+}
+
+/// The write that puts a marked pod back.
+fn back(pod: &Pod, zone: &str, reason: &'static str, why: &str) -> Option<ZoneServiceWrite> {
+    Some(ZoneServiceWrite {
+        pod: pod.metadata.name.clone()?,
+        uid: pod.metadata.uid.clone()?,
+        zone: zone.to_string(),
+        available: true,
+        reason,
+        message: format!("{why}: back in its Services once its kubelet reports it Ready"),
+        fence: None,
+    })
+}
+
+/// Puts back every pod of `pods` the failover marked, saying `why` it no longer looks:
+/// for a stack switched off, without zones, Unmanaged or being deleted.
+pub fn release<'a>(pods: impl IntoIterator<Item = &'a Pod>, why: &str) -> Vec<ZoneServiceWrite> {
+    pods.into_iter()
+        .filter(|p| marked_out(p))
+        .filter_map(|p| {
+            let zone = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(names::ANNOTATION_ZONE))
+                .cloned()
+                .unwrap_or_default();
+            back(p, &zone, names::POD_REASON_ZONE_RELEASED, why)
+        })
+        .collect()
+}
+
+fn released(snapshot: &Snapshot, why: &str) -> Failover {
+    Failover {
+        writes: release(snapshot.pods.iter().map(AsRef::as_ref), why),
+        ..Failover::default()
     }
 }
 
@@ -102,194 +185,13 @@ fn taken_out(pod: &Pod) -> bool {
     marked_out(pod) && condition(pod, "Ready") == Some("False")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-    use std::sync::Arc;
-
-    use k8s_openapi::jiff::Timestamp;
-
-    use crate::checks::silence::LeaseSeen;
-    use crate::checks::zones;
-    use crate::model::api::LokiStackSize;
-    use crate::model::defaults::{effective, Component};
-    use crate::testing::{node, pod, zoned_spec, ZONE};
-
-    fn at(secs: i64) -> Timestamp {
-        Timestamp::from_second(1_800_000_000 + secs).expect("ts")
-    }
-
-    /// Three zones a, b, c of one node each (na, nb, nc); one ingester on each, and a
-    /// distributor on na. `renewed`: when each node's Lease was last seen renewed.
-    fn snapshot(renewed: &[(&str, i64)], now: i64, pods: Vec<Pod>) -> Snapshot {
-        let nodes: Vec<Arc<_>> = ["a", "b", "c"]
-            .iter()
-            .map(|z| Arc::new(node(&format!("n{z}"), &[(ZONE, z)])))
-            .collect();
-        let node_leases = renewed
-            .iter()
-            .map(|(n, s)| {
-                let seen = LeaseSeen {
-                    renewed: at(*s),
-                    duration_secs: 40,
-                };
-                (n.to_string(), seen)
-            })
-            .collect::<HashMap<_, _>>();
-        Snapshot {
-            pod_nodes: nodes
-                .iter()
-                .map(|n| (n.metadata.name.clone().unwrap_or_default(), n.clone()))
-                .collect(),
-            nodes,
-            node_leases,
-            pods: pods.into_iter().map(Arc::new).collect(),
-            now: at(now),
-            ..Default::default()
-        }
-    }
-
-    fn pods() -> Vec<Pod> {
-        let p = |name: &str, node: &str, c: Component| {
-            pod(name)
-                .uid(&format!("uid-{name}"))
-                .component(c)
-                .zone_aware()
-                .on(node)
-        };
-        vec![
-            p("s-ingester-0", "na", Component::Ingester)
-                .ready_is(true)
-                .build(),
-            p("s-ingester-1", "nb", Component::Ingester)
-                .ready_is(true)
-                .build(),
-            p("s-ingester-2", "nc", Component::Ingester)
-                .ready_is(true)
-                .build(),
-            p("s-distributor-x", "na", Component::Distributor)
-                .ready_is(true)
-                .build(),
-        ]
-    }
-
-    fn check(s: &Snapshot) -> ZoneCheck {
-        let eff = effective(&zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
-        zones::check(&eff, s.nodes.iter().map(AsRef::as_ref), [])
-    }
-
-    fn writes(f: &Failover) -> Vec<(&str, bool)> {
-        f.writes
-            .iter()
-            .map(|w| (w.pod.as_str(), w.available))
-            .collect()
-    }
-
-    #[test]
-    fn a_silent_zones_pods_are_taken_out_and_only_theirs() {
-        let s = snapshot(&[("na", 0), ("nb", 29), ("nc", 29)], 30, pods());
-        let f = plan(&s, Some(&check(&s)), true);
-        assert_eq!(f.out.len(), 1);
-        assert_eq!(
-            writes(&f),
-            vec![("s-ingester-0", false), ("s-distributor-x", false)]
-        );
-        let w = &f.writes[0];
-        assert_eq!((w.zone.as_str(), w.uid.as_str()), ("a", "uid-s-ingester-0"));
-        assert!(w.message.contains("not renewed for 30 s"), "{}", w.message);
-    }
-
-    #[test]
-    fn nothing_is_written_while_every_zone_renews() {
-        let s = snapshot(&[("na", 29), ("nb", 29), ("nc", 29)], 30, pods());
-        assert_eq!(plan(&s, Some(&check(&s)), true), Failover::default());
-    }
-
-    #[test]
-    fn pods_already_out_are_not_written_again() {
-        let mut ps = pods();
-        ps[0] = pod("s-ingester-0")
-            .uid("uid-s-ingester-0")
-            .on("na")
-            .ready_is(false)
-            .condition(names::POD_CONDITION_ZONE_AVAILABLE, "False")
-            .build();
-        let s = snapshot(&[("na", 0), ("nb", 29), ("nc", 29)], 30, ps);
-        assert_eq!(
-            writes(&plan(&s, Some(&check(&s)), true)),
-            vec![("s-distributor-x", false)]
-        );
-    }
-
-    #[test]
-    fn a_kubelet_that_set_ready_again_is_taken_out_again() {
-        // Ready True beside the failover's False: written again while the zone is silent.
-        let mut ps = pods();
-        ps[0] = pod("s-ingester-0")
-            .uid("uid-s-ingester-0")
-            .on("na")
-            .ready_is(true)
-            .condition(names::POD_CONDITION_ZONE_AVAILABLE, "False")
-            .build();
-        let s = snapshot(&[("na", 0), ("nb", 29), ("nc", 29)], 30, ps);
-        assert!(writes(&plan(&s, Some(&check(&s)), true)).contains(&("s-ingester-0", false)));
-    }
-
-    #[test]
-    fn a_zone_renewing_again_gets_its_pods_back_and_never_touches_others() {
-        let marked = |name: &str, node: &str| {
-            pod(name)
-                .uid(&format!("uid-{name}"))
-                .on(node)
-                .ready_is(false)
-                .condition(names::POD_CONDITION_ZONE_AVAILABLE, "False")
-                .build()
-        };
-        let mut ps = pods();
-        ps[0] = marked("s-ingester-0", "na");
-        ps[3] = marked("s-distributor-x", "na");
-        // Zone a renews again (the partition healed); b's pod was never the failover's.
-        let s = snapshot(&[("na", 31), ("nb", 31), ("nc", 31)], 32, ps.clone());
-        let f = plan(&s, Some(&check(&s)), true);
-        assert_eq!(
-            writes(&f),
-            vec![("s-ingester-0", true), ("s-distributor-x", true)]
-        );
-        assert!(f.writes[0].message.contains("renewed again"));
-        // Turning the failover off puts them back too, whatever the Leases say.
-        let silent = snapshot(&[("na", 0), ("nb", 29), ("nc", 29)], 30, ps);
-        let off = plan(&silent, Some(&check(&silent)), false);
-        assert!(off.out.is_empty());
-        assert!(off.writes[0].message.contains("fast failover is off"));
-        assert_eq!(
-            writes(&off),
-            vec![("s-ingester-0", true), ("s-distributor-x", true)]
-        );
-    }
-
-    #[test]
-    fn terminating_and_unbound_pods_are_left() {
-        let ps = vec![
-            pod("s-querier-x")
-                .uid("u1")
-                .on("na")
-                .ready_is(true)
-                .deleting()
-                .build(),
-            pod("s-querier-y").uid("u2").ready_is(false).build(),
-        ];
-        let s = snapshot(&[("na", 0), ("nb", 29), ("nc", 29)], 30, ps);
-        assert!(plan(&s, Some(&check(&s)), true).writes.is_empty());
-        // Not zone-aware: no zone check, no failover.
-        assert_eq!(plan(&s, None, true), Failover::default());
-    }
-
-    #[test]
-    fn more_than_half_of_the_zones_silent_are_held_not_taken_out() {
-        let s = snapshot(&[("na", 0), ("nb", 0), ("nc", 29)], 30, pods());
-        let f = plan(&s, Some(&check(&s)), true);
-        assert!(f.writes.is_empty() && f.out.is_empty());
-        assert_eq!(f.held.expect("held").0.len(), 2);
-    }
+/// Marked out, and Ready True: its kubelet set it Ready again after the mark. The
+/// failover writes both conditions in one patch and lifts the mark whenever it puts a pod
+/// back, so nothing else leaves a marked pod Ready (compared without timestamps: the
+/// kubelet's clock is not the operator's).
+fn ready_again(pod: &Pod) -> bool {
+    marked_out(pod) && condition(pod, "Ready") == Some("True")
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,6 +19,7 @@ use std::collections::BTreeSet;
 
 use crate::checks::validate::{
     validate_stack, zone_aware_evictions, zone_aware_gossip, zone_fast_failover,
+    zone_fast_failover_tolerance,
     zone_local_services,
 };
 use crate::checks::volumes;
@@ -122,6 +123,8 @@ fn check(
         annotation: annotation_errors(stack),
         zone_evictions_off: zone_aware_evictions(stack.metadata.annotations.as_ref()) == Ok(false),
         fast_failover_off: zone_fast_failover(stack.metadata.annotations.as_ref()) == Ok(false),
+        failover_tolerance: zone_fast_failover_tolerance(stack.metadata.annotations.as_ref())
+            .unwrap_or_default(),
         rules,
     }
 }
@@ -133,6 +136,7 @@ fn annotation_errors(stack: &LokiStack) -> Option<String> {
         zone_aware_evictions(stack.metadata.annotations.as_ref()).err(),
         zone_local_services(stack.metadata.annotations.as_ref()).err(),
         zone_fast_failover(stack.metadata.annotations.as_ref()).err(),
+        zone_fast_failover_tolerance(stack.metadata.annotations.as_ref()).err(),
         zone_aware_gossip(stack.metadata.annotations.as_ref()).err(),
     ]
     .into_iter()
@@ -207,17 +211,20 @@ pub fn plan(
         .as_ref()
         .is_some_and(|z| z.stage == ZoneAwarenessStage::Disabling);
     let applying = matches!(action, Action::Apply { .. });
+    let switch = if findings.fast_failover_off {
+        failover::Switch::Off
+    } else {
+        failover::Switch::On(findings.failover_tolerance)
+    };
+    // Before the rollout: a zone the failover takes out is one the rollout waits for.
+    let failover = failover::plan(snapshot, findings.zone.as_ref(), switch);
     Ok(Intent {
         now: snapshot.now,
         wait_for_webhook: applying && eff.zone_aware() && !turning_off,
         scale_down: scale_down::plan(snapshot, &eff, &action),
-        rollout: rollout::step(stack, snapshot, &findings, applying),
+        rollout: rollout::step(stack, snapshot, &findings, &failover.zones_out, applying),
         recovery: recovery::plan(stack, snapshot, &findings, &eff),
-        failover: failover::plan(
-            snapshot,
-            findings.zone.as_ref(),
-            !findings.fast_failover_off,
-        ),
+        failover,
         stage_event: staging::transition(previous.as_ref(), zone_awareness.as_ref())
             .map(|(reason, note)| PlannedEvent::normal(reason, note)),
         wake_after: staging::wake_after(zone_awareness.as_ref(), snapshot.now),

@@ -6,7 +6,7 @@
 //! joined, replayed its WAL and taken its tokens), so a Ready ingester is back in the
 //! ring and holds its copies of the streams again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -34,6 +34,10 @@ pub struct Inputs<'a> {
     /// The zones the zone check finds disrupted (unavailable or in maintenance): the one
     /// zone that may be down, so no other zone is rolled meanwhile.
     pub disrupted: BTreeMap<String, ZoneState>,
+    /// The zones the fast failover has out of their Services (`plan/failover.rs`): their
+    /// pods are unready by its hand, not by a restart, and cost budget like a zone down;
+    /// no other zone is rolled meanwhile, and theirs is not, even when forced.
+    pub failed_over: BTreeSet<String>,
     /// `spec.replication.maxUnavailablePerZone`; `None` takes the whole zone at once.
     pub max_per_zone: Option<usize>,
     /// The stack is annotated to roll during an outage
@@ -196,6 +200,7 @@ fn down_by_zone<'m, 'a>(
     let mut out: BTreeMap<&str, Vec<&Member>> = BTreeMap::new();
     for m in members.iter().filter(|m| !m.ready) {
         let lost = m.zone.is_some_and(|z| input.disrupted.contains_key(z));
+        let lost = lost || m.zone.is_some_and(|z| input.failed_over.contains(z));
         if let (Some(zone), false) = (m.zone, input.forced && lost) {
             out.entry(zone).or_default().push(m);
         }
@@ -232,6 +237,13 @@ fn choose<'m, 'a>(
             ZoneState::Maintenance => format!("zone {z} in maintenance"),
             _ => format!("zone {z} unavailable"),
         }));
+        waits.extend(
+            input
+                .failed_over
+                .iter()
+                .filter(|z| !input.disrupted.contains_key(*z))
+                .map(|z| format!("zone {z} out of its Services (fast failover)")),
+        );
     }
     let unzoned: Vec<&str> = members
         .iter()
@@ -280,7 +292,7 @@ fn first_outdated_zone<'a>(members: &[Member<'a>], input: &Inputs) -> Option<&'a
         .iter()
         .filter(|m| m.outdated && !m.terminating)
         .filter_map(|m| m.zone)
-        .filter(|z| !input.disrupted.contains_key(*z))
+        .filter(|z| !input.disrupted.contains_key(*z) && !input.failed_over.contains(*z))
         .min()
 }
 
@@ -325,7 +337,12 @@ pub fn forced(stack: &LokiStack) -> bool {
 }
 
 /// What one step decides from, out of the snapshot and the findings.
-pub fn inputs<'a>(stack: &'a LokiStack, snapshot: &'a Snapshot, findings: &Findings) -> Inputs<'a> {
+pub fn inputs<'a>(
+    stack: &'a LokiStack,
+    snapshot: &'a Snapshot,
+    findings: &Findings,
+    failed_over: &BTreeSet<String>,
+) -> Inputs<'a> {
     let replication = stack.spec.replication.as_ref();
     Inputs {
         statefulsets: snapshot.statefulsets.iter().map(AsRef::as_ref).collect(),
@@ -335,6 +352,7 @@ pub fn inputs<'a>(stack: &'a LokiStack, snapshot: &'a Snapshot, findings: &Findi
             .iter()
             .flat_map(|z| z.disrupted().map(|u| (u.zone.clone(), z.state(&u.zone))))
             .collect(),
+        failed_over: failed_over.clone(),
         max_per_zone: replication
             .and_then(|r| r.max_unavailable_per_zone)
             .map(|m| usize::try_from(m.max(1)).unwrap_or(1)),
@@ -350,9 +368,10 @@ pub fn step(
     stack: &LokiStack,
     snapshot: &Snapshot,
     findings: &Findings,
+    failed_over: &BTreeSet<String>,
     applying: bool,
 ) -> Rollout {
-    let mut rollout = plan(&inputs(stack, snapshot, findings));
+    let mut rollout = plan(&inputs(stack, snapshot, findings, failed_over));
     if !applying {
         rollout.delete.clear();
         if let Some(s) = rollout.status.as_mut() {
@@ -479,6 +498,31 @@ mod tests {
         assert!(d.delete.is_empty());
         assert_eq!(zone(&d), Some("b"));
         assert_eq!(waiting(&d), "zone b: 1 ingester not Ready");
+    }
+
+    /// The fast failover took zone a out (its pods not Ready by its hand): a pending
+    /// rollout deletes none of them, however many are outdated, and rolls no other zone
+    /// meanwhile; forced, it rolls the other zones within their budget and still leaves a.
+    #[test]
+    fn a_zone_the_fast_failover_took_out_is_no_free_budget() {
+        let sets = [set("ing", 6, "OnDelete")];
+        let pods = six([OLD; 6], [S, S, R, R, R, R]);
+        let out = BTreeSet::from(["a".to_string()]);
+        let d = decide(&sets, &pods, |i| {
+            i.failed_over = out.clone();
+            i.max_per_zone = Some(1);
+        });
+        assert!(d.delete.is_empty(), "{:?}", deleted(&d));
+        assert!(waiting(&d).contains("zone a out of its Services (fast failover)"), "{}", waiting(&d));
+        // Without it, the old rule: a's unready pods cost nothing and go at once.
+        let before = decide(&sets, &pods, |i| i.max_per_zone = Some(1));
+        assert_eq!(deleted(&before), ["ing-a-0", "ing-a-1"]);
+        let forced = decide(&sets, &pods, |i| {
+            i.failed_over = out.clone();
+            i.max_per_zone = Some(1);
+            i.forced = true;
+        });
+        assert_eq!(deleted(&forced), ["ing-b-0"]);
     }
 
     #[test]

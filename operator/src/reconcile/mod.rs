@@ -17,6 +17,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -25,6 +26,7 @@ use tracing::warn;
 
 use crate::act::apply::{Applier, ApplyError};
 use crate::act::execute::{execute, Actor};
+use crate::act::failover as act_failover;
 use crate::act::report::{self, Notifier};
 use crate::caches::coverage::WebhookCoverage;
 use crate::caches::reflectors::Caches;
@@ -33,7 +35,7 @@ use crate::intent::Applied;
 use crate::model::api::{LokiStack, LokiStackStatus, ManagementState};
 use crate::model::conditions::{EventReason, Happening};
 use crate::observe::{observe, ObserveError, Snapshot};
-use crate::plan::{plan, PlanError};
+use crate::plan::{failover, plan, PlanError};
 use crate::render::{ServerCapabilities, Settings};
 use crate::status;
 use crate::telemetry::metrics::{Metrics, StackView};
@@ -122,7 +124,8 @@ pub async fn reconcile(
             return Ok(Action::await_change());
         }
     };
-    if let Some(action) = not_ours_to_run(&stack, &ctx) {
+    if let Some((action, why)) = not_ours_to_run(&stack, &ctx) {
+        release_failover(&stack, &ctx, why).await;
         return Ok(action);
     }
     let result = pipeline(&stack, &ctx).await;
@@ -229,19 +232,35 @@ fn forget_deleted_stacks(ctx: &Context) {
 }
 
 /// A stack being deleted (Kubernetes garbage-collects its children through their owner
-/// references) or set Unmanaged is left alone.
-fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<Action> {
+/// references) or set Unmanaged is left alone, but for [`release_failover`]; with why.
+fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<(Action, &'static str)> {
     let (ns, name) = (stack.namespace().unwrap_or_default(), stack.name_any());
     if stack.metadata.deletion_timestamp.is_some() {
         ctx.applier.forget(&ns, &name);
         ctx.metrics.set_stack(&ns, &name, None);
-        return Some(Action::await_change());
+        return Some((Action::await_change(), "the stack is being deleted"));
     }
     if stack.spec.management_state == ManagementState::Unmanaged {
         ctx.applier.forget(&ns, &name);
-        return Some(Action::await_change());
+        return Some((Action::await_change(), "the stack is Unmanaged"));
     }
     None
+}
+
+/// The one write for a stack left alone: its pods the fast failover took out are put
+/// back, since nothing would lift the mark otherwise. Failures are logged; the next
+/// change of the stack tries again.
+async fn release_failover(stack: &LokiStack, ctx: &Context, why: &str) {
+    let ns = stack.namespace().unwrap_or_default();
+    let pods = ctx.caches.stack_pods(&ns, &stack.name_any());
+    let writes = failover::release(pods.iter().map(AsRef::as_ref), why);
+    if writes.is_empty() {
+        return;
+    }
+    let done = act_failover::run(&ctx.client, &ns, &writes, Timestamp::now(), &ctx.caches.node_leases).await;
+    for (w, e) in &done.failed {
+        warn!(pod = %w.pod, namespace = %ns, error = %e, "cannot put a pod the fast failover took out back ({why})");
+    }
 }
 
 fn record(ctx: &Context, snapshot: &Snapshot, stack: &LokiStack, status: &LokiStackStatus) {

@@ -1269,6 +1269,7 @@ mod tests {
             zone: "c".into(),
             nodes: vec!["nc".into()],
             last_renewed: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            late_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
         };
         // Taken out now: the snapshot still shows them Ready.
         plan.failover.out = vec![silent];

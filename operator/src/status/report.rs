@@ -190,25 +190,27 @@ fn recovery_events(done: &Done) -> Vec<PlannedEvent> {
 /// per pod whose write failed, and one while silent zones are held: the recorder folds
 /// repeats of the same zone into one series.
 fn failover_events(intent: &Intent, done: &Done) -> Vec<PlannedEvent> {
-    let mut by_zone: BTreeMap<(&str, bool), Vec<String>> = BTreeMap::new();
+    let mut by_zone: BTreeMap<(&str, bool, &str), Vec<String>> = BTreeMap::new();
     for w in &done.failed_over.written {
         by_zone
-            .entry((w.zone.as_str(), w.available))
+            .entry((w.zone.as_str(), w.available, w.reason))
             .or_default()
             .push(w.pod.clone());
     }
     let mut events: Vec<PlannedEvent> = by_zone
         .into_iter()
-        .map(|((zone, available), pods)| {
+        .map(|((zone, available, reason), pods)| {
             let action = Some(format!("Zone {zone}"));
             if available {
-                let why = if intent.findings.fast_failover_off {
+                let why = if reason == names::POD_REASON_ZONE_RENEWING {
+                    format!("zone {zone}'s node Leases are renewed again")
+                } else if intent.findings.fast_failover_off {
                     format!(
                         "the fast failover is off for this stack ({})",
                         names::ANNOTATION_ZONE_FAST_FAILOVER
                     )
                 } else {
-                    format!("zone {zone}'s node Leases are renewed again")
+                    "the stack no longer spreads over zones".to_string()
                 };
                 let note = format!(
                     "{why}: pods {} marked {}=True, back in their Services once their kubelets report them Ready",
@@ -245,6 +247,16 @@ fn failover_events(intent: &Intent, done: &Done) -> Vec<PlannedEvent> {
             format!(
                 "cannot write the zone-available condition of pod {}: {why}",
                 w.pod
+            ),
+        )
+    }));
+    events.extend(intent.failover.alive.iter().map(|a| PlannedEvent {
+        action: Some(format!("Pod {}", a.pod)),
+        ..PlannedEvent::warning(
+            Happening::ZoneKubeletAlive,
+            format!(
+                "pod {} was taken out of its Services with zone {}, whose node Leases stopped, and its kubelet has set it Ready again: node {}'s kubelet is alive although its Lease is not renewed. The pod is left in its Services; find why the Lease is not renewed (kubectl -n kube-node-lease get lease {})",
+                a.pod, a.zone, a.node, a.node
             ),
         )
     }));
@@ -289,7 +301,13 @@ mod tests {
             uid: format!("uid-{pod}"),
             zone: zone.into(),
             available,
+            reason: if available {
+                names::POD_REASON_ZONE_RENEWING
+            } else {
+                names::POD_REASON_ZONE_UNAVAILABLE
+            },
             message: String::new(),
+            fence: None,
         }
     }
 
@@ -300,6 +318,11 @@ mod tests {
         let eff = effective(&zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
         let mut i = intent(eff, Findings::default());
         i.failover.held = Some((Vec::new(), "a reason".into()));
+        i.failover.alive = vec![crate::intent::KubeletAlive {
+            pod: "ingester-2".into(),
+            node: "n2".into(),
+            zone: "a".into(),
+        }];
         let mut d = done(applied());
         d.failed_over.written = vec![
             write("ingester-0", "a", false),
@@ -315,12 +338,14 @@ mod tests {
                 "ZoneOutOfService",
                 "ZoneBackInService",
                 "ZoneFailoverFailed",
+                "ZoneKubeletAlive",
                 "ZoneFailoverHeld"
             ]
         );
+        assert!(events[3].warning && events[3].note.contains("node n2's kubelet is alive"));
         assert!(events[0].warning && events[0].note.contains("ingester-0, querier-0"));
         assert!(!events[1].warning && events[1].note.contains("renewed again"));
         assert!(events[2].note.contains("distributor-0") && events[2].note.contains("forbidden"));
-        assert!(events[3].note.contains("a reason"));
+        assert!(events[4].note.contains("a reason"));
     }
 }

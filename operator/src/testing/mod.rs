@@ -266,11 +266,15 @@ impl PodBuilder {
         self
     }
 
-    /// A condition of `type_` with `status` beside those it has.
-    pub fn condition(mut self, type_: &str, status: &str) -> Self {
-        let c = serde_json::json!({"type": type_, "status": status});
+    /// A condition of `type_` with `status` since `at` (RFC 3339), replacing one of that
+    /// type.
+    pub fn condition_since(mut self, type_: &str, status: &str, at: &str) -> Self {
+        let c = serde_json::json!({"type": type_, "status": status, "lastTransitionTime": at});
         match self.0["status"]["conditions"].as_array_mut() {
-            Some(cs) => cs.push(c),
+            Some(cs) => {
+                cs.retain(|c| c["type"] != type_);
+                cs.push(c);
+            }
             None => self.0["status"]["conditions"] = serde_json::json!([c]),
         }
         self
