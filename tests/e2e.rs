@@ -39,7 +39,9 @@ use disruptions::{
 };
 #[path = "e2e/failover.rs"]
 mod failover;
-use failover::{a_paused_control_plane_takes_no_zone_out, a_silent_zone_leaves_its_services_until_it_renews};
+use failover::{
+    a_paused_control_plane_takes_no_zone_out, a_silent_zone_leaves_its_services_until_it_renews,
+};
 #[path = "e2e/migrate.rs"]
 mod migrate;
 use migrate::a_stack_left_by_the_go_operator_is_taken_over;

@@ -210,7 +210,12 @@ fn status_patches(audit: &std::path::Path, from: usize) -> Vec<String> {
                 && ev["objectRef"]["resource"] == "pods"
                 && ev["objectRef"]["subresource"] == "status"
         })
-        .map(|ev| format!("{} at {}", ev["objectRef"]["name"], ev["requestReceivedTimestamp"]))
+        .map(|ev| {
+            format!(
+                "{} at {}",
+                ev["objectRef"]["name"], ev["requestReceivedTimestamp"]
+            )
+        })
         .collect()
 }
 
@@ -257,7 +262,11 @@ pub(super) async fn a_paused_control_plane_takes_no_zone_out(env: &mut Env) -> R
     tokio::time::sleep(Duration::from_secs(8)).await;
     let from = std::fs::metadata(&audit).map_or(0, |m| m.len() as usize);
     for run in 0..runs {
-        let target = if run % 2 == 0 { "kube-apiserver" } else { "etcd" };
+        let target = if run % 2 == 0 {
+            "kube-apiserver"
+        } else {
+            "etcd"
+        };
         let (phase, len) = (jitter(2_000), 4_500 + jitter(3_000));
         tokio::time::sleep(Duration::from_millis(phase)).await;
         signal(env, target, "-STOP")?;

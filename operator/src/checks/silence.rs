@@ -227,7 +227,12 @@ fn by_zone<'a, 'n>(
 }
 
 /// The zone, if every node it has is late at `now`.
-fn late_zone(zone: &str, z: &ZoneLeases, tolerance: Tolerance, now: Timestamp) -> Option<SilentZone> {
+fn late_zone(
+    zone: &str,
+    z: &ZoneLeases,
+    tolerance: Tolerance,
+    now: Timestamp,
+) -> Option<SilentZone> {
     if z.unseen || z.leases.is_empty() {
         return None;
     }
@@ -285,8 +290,9 @@ pub fn silence<'a>(
         .iter()
         .filter_map(|(zone, z)| late_zone(zone, z, tolerance, view.now))
         .collect();
-    let (silent, unproven): (Vec<_>, Vec<_>) =
-        late.into_iter().partition(|s| seen_past(s, &zones, view.now));
+    let (silent, unproven): (Vec<_>, Vec<_>) = late
+        .into_iter()
+        .partition(|s| seen_past(s, &zones, view.now));
     let most = most_out(zones.len());
     let (out, held) = if silent.len() > most {
         let why = format!(

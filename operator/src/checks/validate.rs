@@ -9,6 +9,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{PodAffinityTerm, PodAntiAffinity};
 
+use crate::checks::silence::{Tolerance, DEFAULT_MISSED_RENEWALS, MAX_MISSED_RENEWALS};
 use crate::model::api::{
     BlockedQuerySpec, InstanceAddrType, LimitsTemplateSpec, LokiStack, LokiStackSpec,
     ObjectStorageSecretType, OtlpAttributeReference, OtlpSpec, ZoneSpec, BLOCKED_NO_DOLLAR_MSG,
@@ -18,7 +19,6 @@ use crate::model::api::{
     RULE_UNIQUE_KEYS_MSG, SELECTOR_NO_DOLLAR_MSG, TENANT_NO_DOLLAR_MSG,
 };
 use crate::model::defaults::{effective, Component, EffectiveStack};
-use crate::checks::silence::{Tolerance, DEFAULT_MISSED_RENEWALS, MAX_MISSED_RENEWALS};
 use crate::model::names::{self, MAX_STACK_NAME_LEN};
 
 /// One violated rule: the field's path and what to change.

@@ -1,32 +1,33 @@
-//! The offline commands: `crd` and `render`. They share the pure pipeline with the
-//! controller (validate → zone check → storage Secret → render), so what `render` prints
-//! is what the controller would apply.
+//! The offline commands: `crd` and `render`. `render` builds from its files the snapshot
+//! the operator would observe and takes its objects from the plan's own resolution
+//! (`plan::resolve_stack`), so what it prints is what the controller would apply.
 
 pub mod secret;
 pub mod waitzone;
 
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::Node;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::jiff::Timestamp;
 
 use kube::api::DynamicObject;
 use kube::ResourceExt;
 
 use crate::caches::rules::{decode, RuleKind};
 use crate::checks::fields;
-use crate::checks::validate::{validate_stack, zone_local_services};
+use crate::checks::validate::validate_stack;
 use crate::checks::zones::{self, ZoneCheck};
 use crate::model::api::LokiStack;
-use crate::model::defaults::{effective, EffectiveStack, RulerInput};
 use crate::model::go_compat;
 use crate::model::names;
-use crate::model::storage::StoreParams;
-use crate::observe::PickedRule;
+use crate::observe::{PickedRule, RulesObserved, Snapshot};
+use crate::plan::{self, PlanError};
 use crate::render::kinds::ChildKind;
-use crate::render::{render, Child, RenderInput, ServerCapabilities, Settings};
+use crate::render::{render, Child, ServerCapabilities, Settings};
 use crate::ruler::api::{RulerConfig, RulerConfigSpec};
 use crate::ruler::check::{check_ruler_config, selects};
-use crate::ruler::settings;
 
 /// Exit code for input the user must fix.
 pub const EXIT_INVALID: i32 = 2;
@@ -303,13 +304,13 @@ fn stack_ruler_config(
     Ok(Some(c.spec))
 }
 
-/// The ruler's input as the operator would resolve it from the objects of `--rules`:
-/// the rules the stack picks in its own namespace (namespace labels are not known
-/// offline) and its RulerConfig. A wrong rule is left out and named in the notes.
-fn ruler_input(
+/// The ruler's objects as the operator's caches would hold them, from the objects of
+/// `--rules`: the rules the stack picks in its own namespace (namespace labels are not
+/// known offline) and its RulerConfig; with what an offline render cannot know.
+fn rules_observed(
     req: &RenderRequest,
     stack: &LokiStack,
-) -> Result<(RulerInput, Vec<String>), CliError> {
+) -> Result<(RulesObserved, Vec<String>), CliError> {
     let Some(spec) = stack.spec.rules.as_ref().filter(|r| r.enabled) else {
         return Ok(Default::default());
     };
@@ -319,11 +320,13 @@ fn ruler_input(
         .clone()
         .unwrap_or_else(|| "default".into());
     let name = stack.name_any();
-    let (mut notes, mut files, mut config) = (Vec::new(), Vec::new(), None);
+    let (mut notes, mut observed) = (Vec::new(), RulesObserved::default());
     for file in &req.rules_files {
         for (kind, obj) in rule_objects(file)? {
             if kind == RuleKind::RulerConfig {
-                config = stack_ruler_config(file, &obj, (&namespace, &name))?.or(config);
+                if let Some(c) = stack_ruler_config(file, &obj, (&namespace, &name))? {
+                    observed.ruler_config = Some(Ok(c));
+                }
                 continue;
             }
             let rule_ns = obj
@@ -340,43 +343,73 @@ fn ruler_input(
             }
             let mut rule = PickedRule::from_object(kind, &obj);
             rule.namespace = rule_ns;
-            match crate::plan::rules::check(&rule) {
-                Ok(f) => files.push(f),
-                Err(errors) => notes.push(format!(
-                    "{} is not loaded: {}",
-                    rule.label(),
-                    errors.join("; ")
-                )),
-            }
+            observed.picked.push(rule);
         }
     }
-    let files = spec.selector.is_some().then_some(files);
-    if files.is_some() && req.rules_files.is_empty() {
+    if spec.selector.is_some() && req.rules_files.is_empty() {
         notes.push("spec.rules.selector is set but no --rules were given: the ruler gets no rule files (the operator renders those of the rules it picks in the cluster)".into());
     }
-    if files
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|r| r.key.ends_with("-.yaml")))
-    {
+    if spec.selector.is_some() && observed.picked.iter().any(|r| r.uid.is_empty()) {
         notes.push("a rule without metadata.uid (not from kubectl get): its file name differs from the cluster's".into());
     }
-    Ok((settings::input(files, config.as_ref()), notes))
+    Ok((observed, notes))
 }
 
-/// The object store parameters from `--secret`, else the defaults and what they leave
-/// unresolved.
-fn store(
+/// "AlertingRule ns/name is not loaded: why" from the plan's "AlertingRule ns/name (why)".
+fn not_loaded_note(finding: &str) -> String {
+    match finding.split_once(" (") {
+        Some((label, why)) => format!(
+            "{label} is not loaded: {}",
+            why.strip_suffix(')').unwrap_or(why)
+        ),
+        None => format!("{finding} is not loaded"),
+    }
+}
+
+/// The storage Secret from `--secret`, as the operator's cache would hold it; without
+/// it, what the render cannot resolve.
+fn secret_of(
     req: &RenderRequest,
     stack: &LokiStack,
-) -> Result<(StoreParams, Option<String>), CliError> {
+) -> Result<(Option<Secret>, Option<String>), CliError> {
     let Some(file) = &req.secret_file else {
-        return Ok((StoreParams::default(), secret::unresolved(stack)));
+        return Ok((None, secret::unresolved(stack)));
     };
     let fix = |message| input_err(file, message);
     let parsed = secret::parse_secret(&read(file)?).map_err(fix)?;
     let namespace = stack.metadata.namespace.as_deref().unwrap_or("default");
-    let params = secret::store_for(stack, namespace, parsed).map_err(fix)?;
-    Ok((params, None))
+    let held = secret::stack_secret(stack, namespace, parsed).map_err(fix)?;
+    Ok((Some(held), None))
+}
+
+/// What the operator would observe of `stack` from the files of `req`: the stack alone in
+/// its namespace, its Secret, the nodes and the ruler's objects; no pods, volumes or
+/// children yet.
+fn snapshot_of(
+    req: &RenderRequest,
+    stack: &LokiStack,
+) -> Result<(Snapshot, Option<String>, Vec<String>), CliError> {
+    let (secret, unresolved) = secret_of(req, stack)?;
+    let (rules, notes) = rules_observed(req, stack)?;
+    let nodes = match &req.nodes_file {
+        Some(f) => parse_nodes(f, &read(f)?)?,
+        None => Vec::new(),
+    };
+    let snapshot = Snapshot {
+        namespace: stack
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: stack.name_any(),
+        uid: stack.metadata.uid.clone().unwrap_or_default(),
+        secret: secret.map(Arc::new),
+        nodes: nodes.into_iter().map(Arc::new).collect(),
+        rules,
+        now: Timestamp::now(),
+        ..Snapshot::default()
+    };
+    Ok((snapshot, unresolved, notes))
 }
 
 /// The YAML stream for `kubectl apply -f -`, each object under the API version the server
@@ -408,36 +441,28 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
         return Err(input_err(&req.stack_file, "metadata.name: required"));
     }
     validate_stack(&stack).map_err(|e| input_err(&req.stack_file, e.to_string()))?;
-    let (store, unresolved) = store(req, &stack)?;
-    let (ruler, rule_notes) = ruler_input(req, &stack)?;
-    let base = effective(&stack.spec);
-    let eff = EffectiveStack {
-        store,
-        ruler,
-        zone_local_services: base.zone_local_services
-            && zone_local_services(stack.metadata.annotations.as_ref()) != Ok(false),
-        ..base
-    };
-    let mut report = None;
-    if let Some(nodes_file) = &req.nodes_file {
-        let nodes = parse_nodes(nodes_file, &read(nodes_file)?)?;
-        if eff.zone_aware() {
-            let check = zones::check(&eff, &nodes, &[]);
-            let text = zone_report(&check);
+    let (snapshot, unresolved, mut rule_notes) = snapshot_of(req, &stack)?;
+    // The plan's own resolution: annotations, zones, stage and ruler as the operator
+    // resolves them for this snapshot.
+    let resolution = plan::resolve_stack(&stack, &snapshot).map_err(|e| match e {
+        PlanError::Render(e) => CliError::Render(e),
+    })?;
+    let findings = &resolution.findings;
+    rule_notes.extend(findings.rules.not_loaded.iter().map(|n| not_loaded_note(n)));
+    let report = match (&req.nodes_file, &findings.zone) {
+        (None, _) => None,
+        (Some(_), Some(check)) => {
+            let text = zone_report(check);
             if check.verdict.is_degraded() {
                 return Err(CliError::Degraded { report: text });
             }
-            report = Some(text);
-        } else {
-            report =
-                Some("zone check: not zone-aware (spec.replication.zones is empty)".to_string());
+            Some(text)
         }
-    }
-    let children = render(
-        &RenderInput::new(&stack, eff),
-        &req.settings,
-        &req.capabilities,
-    )?;
+        (Some(_), None) => {
+            Some("zone check: not zone-aware (spec.replication.zones is empty)".to_string())
+        }
+    };
+    let children = render(&resolution.input, &req.settings, &req.capabilities)?;
     let yaml = yaml_stream(&children, &req.capabilities)
         .map_err(|e| input_err(&req.stack_file, format!("cannot serialise: {e}")))?;
     let warning = go_compat::warning(&go_compat::unsupported_fields(&stack.spec));
@@ -449,3 +474,6 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
         rule_notes,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,7 @@ use k8s_openapi::ByteString;
 
 use crate::caches::keep::strip_secret;
 use crate::model::api::{LokiStack, ObjectStorageSecretType};
-use crate::model::storage::{env_name, fields, secret_params, StoreParams};
+use crate::model::storage::{env_name, fields, secret_params};
 
 /// Parses a Secret manifest (`kubectl get secret NAME -o yaml`): `data` in base64,
 /// `stringData` in plain text, or both. The error says what to fix in the file.
@@ -47,13 +47,14 @@ fn stored_form(secret: &mut Secret) {
     }
 }
 
-/// The object store parameters the operator would derive from `secret` for `stack`
-/// rendered into `namespace`, or what to fix in the Secret.
-pub fn store_for(
+/// `secret` as the operator's cache would hold it for `stack` rendered into `namespace`
+/// (values that shape no config stripped), once it is checked as the operator checks
+/// it; or what to fix in the Secret.
+pub fn stack_secret(
     stack: &LokiStack,
     namespace: &str,
     mut secret: Secret,
-) -> Result<StoreParams, String> {
+) -> Result<Secret, String> {
     let spec = &stack.spec.storage.secret;
     let name = secret.metadata.name.clone().unwrap_or_default();
     if name != spec.name {
@@ -66,7 +67,20 @@ pub fn store_for(
     }
     strip_secret(&mut secret);
     let fix = |e: crate::model::storage::StorageSecretError| e.to_string();
-    secret_params(spec.type_, &spec.name, namespace, Some(&secret)).map_err(fix)
+    secret_params(spec.type_, &spec.name, namespace, Some(&secret)).map_err(fix)?;
+    Ok(secret)
+}
+
+/// The object store parameters the operator would derive from `secret`.
+#[cfg(test)]
+fn store_for(
+    stack: &LokiStack,
+    namespace: &str,
+    secret: Secret,
+) -> Result<crate::model::storage::StoreParams, String> {
+    let s = stack_secret(stack, namespace, secret)?;
+    let spec = &stack.spec.storage.secret;
+    secret_params(spec.type_, &spec.name, namespace, Some(&s)).map_err(|e| e.to_string())
 }
 
 /// What a render without `--secret` leaves to Loki's expansion at start and the operator

@@ -77,7 +77,9 @@ impl Entry {
         self.delays.push_back(delay);
         let baseline = self.delays.iter().min().copied().unwrap_or(delay);
         let prompt = self.delays.len() >= MIN_SAMPLES
-            && baseline.checked_add(PROMPT_SLACK).is_some_and(|b| delay <= b);
+            && baseline
+                .checked_add(PROMPT_SLACK)
+                .is_some_and(|b| delay <= b);
         self.renew_time = renew_time;
         self.seen.renewed = now;
         self.seen.renewal_seen = true;
@@ -141,7 +143,11 @@ impl NodeLeases {
 
     /// When the newest prompt renewal was seen.
     pub fn newest_prompt(&self) -> Option<Timestamp> {
-        self.read().nodes.values().filter_map(|e| e.seen.prompt_at).max()
+        self.read()
+            .nodes
+            .values()
+            .filter_map(|e| e.seen.prompt_at)
+            .max()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {

@@ -46,12 +46,42 @@ struct Kubelet {
 }
 
 const KUBELETS: [Kubelet; 6] = [
-    Kubelet { name: "a1", zone: "a", phase_ms: 900, offset_ms: 2_500 },
-    Kubelet { name: "a2", zone: "a", phase_ms: 9_100, offset_ms: -700 },
-    Kubelet { name: "b1", zone: "b", phase_ms: 3_300, offset_ms: 0 },
-    Kubelet { name: "b2", zone: "b", phase_ms: 6_000, offset_ms: 40_000 },
-    Kubelet { name: "c1", zone: "c", phase_ms: 4_700, offset_ms: -1_200 },
-    Kubelet { name: "c2", zone: "c", phase_ms: 8_800, offset_ms: 300 },
+    Kubelet {
+        name: "a1",
+        zone: "a",
+        phase_ms: 900,
+        offset_ms: 2_500,
+    },
+    Kubelet {
+        name: "a2",
+        zone: "a",
+        phase_ms: 9_100,
+        offset_ms: -700,
+    },
+    Kubelet {
+        name: "b1",
+        zone: "b",
+        phase_ms: 3_300,
+        offset_ms: 0,
+    },
+    Kubelet {
+        name: "b2",
+        zone: "b",
+        phase_ms: 6_000,
+        offset_ms: 40_000,
+    },
+    Kubelet {
+        name: "c1",
+        zone: "c",
+        phase_ms: 4_700,
+        offset_ms: -1_200,
+    },
+    Kubelet {
+        name: "c2",
+        zone: "c",
+        phase_ms: 8_800,
+        offset_ms: 300,
+    },
 ];
 
 /// What goes wrong in one run.
@@ -108,7 +138,12 @@ fn deliveries(t: Trouble, until_ms: i64) -> Vec<Delivery> {
                     deliver_ms = e + 10;
                 }
             }
-            out.push(Delivery { deliver_ms, commit_ms, node: k.name, renew_time });
+            out.push(Delivery {
+                deliver_ms,
+                commit_ms,
+                node: k.name,
+                renew_time,
+            });
         }
     }
     // One watch: delivered in commit order.
@@ -117,7 +152,10 @@ fn deliveries(t: Trouble, until_ms: i64) -> Vec<Delivery> {
 }
 
 fn nodes() -> Vec<Node> {
-    KUBELETS.iter().map(|k| node(k.name, &[(ZONE, k.zone)])).collect()
+    KUBELETS
+        .iter()
+        .map(|k| node(k.name, &[(ZONE, k.zone)]))
+        .collect()
 }
 
 fn verdict(leases: &NodeLeases, now_ms: i64) -> Silence {
@@ -131,7 +169,10 @@ fn run(t: Trouble, until_ms: i64) -> Result<Option<i64>, String> {
     let leases = NodeLeases::default();
     // The process starts at 0 and lists every Lease, renewed a period ago.
     for k in &KUBELETS {
-        leases.observe(&lease(k.name, Some(at_ms(k.phase_ms - 10_000 + k.offset_ms))), at(0));
+        leases.observe(
+            &lease(k.name, Some(at_ms(k.phase_ms - 10_000 + k.offset_ms))),
+            at(0),
+        );
     }
     let stream = deliveries(t, until_ms);
     let mut next = stream.iter().peekable();
@@ -139,7 +180,11 @@ fn run(t: Trouble, until_ms: i64) -> Result<Option<i64>, String> {
     for now_ms in (0..until_ms).step_by(100) {
         while let Some(d) = next.next_if(|d| d.deliver_ms <= now_ms) {
             leases.observe(&lease(d.node, Some(d.renew_time)), at_ms(d.deliver_ms));
-            check(&verdict(&leases, d.deliver_ms), d.deliver_ms, &mut first_out)?;
+            check(
+                &verdict(&leases, d.deliver_ms),
+                d.deliver_ms,
+                &mut first_out,
+            )?;
         }
         check(&verdict(&leases, now_ms), now_ms, &mut first_out)?;
     }
@@ -261,7 +306,10 @@ fn a_renewal_is_prompt_only_as_fast_as_its_nodes_usual_ones() {
     assert_eq!(seen(&leases).prompt_at, Some(at(30)));
     // One that arrives 5 s late is a renewal, not a prompt one.
     leases.observe(&lease("n1", Some(at(40 - 100))), at(45));
-    assert_eq!((seen(&leases).renewed, seen(&leases).prompt_at), (at(45), Some(at(30))));
+    assert_eq!(
+        (seen(&leases).renewed, seen(&leases).prompt_at),
+        (at(45), Some(at(30)))
+    );
     // 0.5 s late is within the slack.
     leases.observe(&lease("n1", Some(at(50 - 100))), at_ms(50_500));
     assert_eq!(seen(&leases).prompt_at, Some(at_ms(50_500)));
@@ -299,8 +347,14 @@ fn the_clock_triggers_on_lateness_and_on_the_first_evidence_after_it() {
     assert!(w.tick(&leases, at(43)), "a1 missed its renewal at 40");
     assert!(!w.tick(&leases, at(44)), "no evidence yet");
     leases.observe(&lease("b1", Some(at(50))), at(50));
-    assert!(!w.tick(&leases, at(50)), "b1's prompt renewal, not settled yet");
-    assert!(w.tick(&leases, at(51)), "b1's prompt renewal after a1 went late, settled");
+    assert!(
+        !w.tick(&leases, at(50)),
+        "b1's prompt renewal, not settled yet"
+    );
+    assert!(
+        w.tick(&leases, at(51)),
+        "b1's prompt renewal after a1 went late, settled"
+    );
     assert!(!w.tick(&leases, at_ms(51_500)), "once");
     assert!(w.tick(&leases, at(52)), "a1 two periods late");
 }

@@ -75,7 +75,12 @@ pub fn plan(snapshot: &Snapshot, zone: Option<&ZoneCheck>, switch: Switch) -> Fa
             None if marked_out(pod) => {
                 if verdict.renewing.contains(&pod_zone) {
                     let why = format!("zone {pod_zone}'s node Leases are renewed again");
-                    failover.writes.extend(back(pod, &pod_zone, names::POD_REASON_ZONE_RENEWING, &why));
+                    failover.writes.extend(back(
+                        pod,
+                        &pod_zone,
+                        names::POD_REASON_ZONE_RENEWING,
+                        &why,
+                    ));
                 } else {
                     // Held or not yet seen renewing (a process that just started): the
                     // mark stays until a renewal is seen.
@@ -85,7 +90,9 @@ pub fn plan(snapshot: &Snapshot, zone: Option<&ZoneCheck>, switch: Switch) -> Fa
             None => {}
         }
     }
-    failover.zones_out.extend(verdict.out.iter().map(|z| z.zone.clone()));
+    failover
+        .zones_out
+        .extend(verdict.out.iter().map(|z| z.zone.clone()));
     let Silence { out, held, .. } = verdict;
     Failover {
         out,
@@ -98,7 +105,11 @@ pub fn plan(snapshot: &Snapshot, zone: Option<&ZoneCheck>, switch: Switch) -> Fa
 fn placed(snapshot: &Snapshot, keys: &[String], pod: &Pod) -> Option<(String, String)> {
     let name = node_name(pod)?;
     let node = snapshot.node(name)?;
-    let zone = zone_of(node.metadata.labels.as_ref(), keys.iter().map(String::as_str)).ok()?;
+    let zone = zone_of(
+        node.metadata.labels.as_ref(),
+        keys.iter().map(String::as_str),
+    )
+    .ok()?;
     Some((name.to_string(), zone))
 }
 

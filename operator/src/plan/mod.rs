@@ -19,8 +19,7 @@ use std::collections::BTreeSet;
 
 use crate::checks::validate::{
     validate_stack, zone_aware_evictions, zone_aware_gossip, zone_fast_failover,
-    zone_fast_failover_tolerance,
-    zone_local_services,
+    zone_fast_failover_tolerance, zone_local_services,
 };
 use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
@@ -145,12 +144,22 @@ fn annotation_errors(stack: &LokiStack) -> Option<String> {
     (!errors.is_empty()).then(|| errors.join("; "))
 }
 
-pub fn plan(
-    stack: &LokiStack,
+/// The one resolution of a stack's spec against what was observed: the findings, the
+/// zone stage, and the render input. The reconcile's [`plan`] and the `render` command
+/// both take their objects from it, so that what `render` prints is what is applied.
+pub struct Resolution<'a> {
+    pub findings: Findings,
+    /// The zone stage the stack goes to (or keeps, when held back).
+    pub stage: Option<crate::model::api::ZoneAwarenessStatus>,
+    /// The stage the stack's status showed.
+    pub previous: Option<crate::model::api::ZoneAwarenessStatus>,
+    pub input: RenderInput<'a>,
+}
+
+pub fn resolve_stack<'a>(
+    stack: &'a LokiStack,
     snapshot: &Snapshot,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-) -> Result<Intent, PlanError> {
+) -> Result<Resolution<'a>, PlanError> {
     let (resolved, secret, rules) = resolve(stack, snapshot);
     let findings = check(stack, snapshot, &resolved, secret, rules);
     let previous = stack.status.as_ref().and_then(|s| s.zone_awareness.clone());
@@ -163,8 +172,7 @@ pub fn plan(
         },
         None => staging::stage(stack, snapshot, &resolved)?,
     };
-    // The render input, built once: what a disrupted zone and the zone-disruption webhook
-    // change, and the stage's zones.
+    // What a disrupted zone and the zone-disruption webhook change, and the stage's zones.
     let avoid_zones = match (&findings.zone, resolved.zones.as_slice()) {
         (Some(z), [_]) => z.disrupted().map(|u| u.zone.clone()).collect(),
         _ => Vec::new(),
@@ -187,6 +195,26 @@ pub fn plan(
             ..resolved
         },
     );
+    Ok(Resolution {
+        findings,
+        stage: stage.status,
+        previous,
+        input,
+    })
+}
+
+pub fn plan(
+    stack: &LokiStack,
+    snapshot: &Snapshot,
+    settings: &Settings,
+    caps: &ServerCapabilities,
+) -> Result<Intent, PlanError> {
+    let Resolution {
+        findings,
+        stage,
+        previous,
+        input,
+    } = resolve_stack(stack, snapshot)?;
     let mut held = Vec::new();
     let action = if findings.hold_back().is_some() {
         Action::HoldBack
@@ -204,7 +232,7 @@ pub fn plan(
         }
     };
     let eff = input.into_eff();
-    let zone_awareness = stage.status;
+    let zone_awareness = stage;
     // While zones are turned off the webhook no longer covers the stack: its ring
     // members keep their zones, and the annotator writes them.
     let turning_off = zone_awareness

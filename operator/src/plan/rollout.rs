@@ -513,7 +513,11 @@ mod tests {
             i.max_per_zone = Some(1);
         });
         assert!(d.delete.is_empty(), "{:?}", deleted(&d));
-        assert!(waiting(&d).contains("zone a out of its Services (fast failover)"), "{}", waiting(&d));
+        assert!(
+            waiting(&d).contains("zone a out of its Services (fast failover)"),
+            "{}",
+            waiting(&d)
+        );
         // Without it, the old rule: a's unready pods cost nothing and go at once.
         let before = decide(&sets, &pods, |i| i.max_per_zone = Some(1));
         assert_eq!(deleted(&before), ["ing-a-0", "ing-a-1"]);

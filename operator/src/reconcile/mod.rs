@@ -257,7 +257,14 @@ async fn release_failover(stack: &LokiStack, ctx: &Context, why: &str) {
     if writes.is_empty() {
         return;
     }
-    let done = act_failover::run(&ctx.client, &ns, &writes, Timestamp::now(), &ctx.caches.node_leases).await;
+    let done = act_failover::run(
+        &ctx.client,
+        &ns,
+        &writes,
+        Timestamp::now(),
+        &ctx.caches.node_leases,
+    )
+    .await;
     for (w, e) in &done.failed {
         warn!(pod = %w.pod, namespace = %ns, error = %e, "cannot put a pod the fast failover took out back ({why})");
     }

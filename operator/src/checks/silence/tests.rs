@@ -44,7 +44,12 @@ fn view(leases: &[(&str, LeaseSeen)], now: i64) -> LeaseView {
 }
 
 fn verdict_on(ns: &[Node], leases: &[(&str, LeaseSeen)], now: i64) -> Silence {
-    silence(&[ZONE.to_string()], ns, &view(leases, now), Tolerance::default())
+    silence(
+        &[ZONE.to_string()],
+        ns,
+        &view(leases, now),
+        Tolerance::default(),
+    )
 }
 
 fn verdict(leases: &[(&str, LeaseSeen)], now: i64) -> Silence {
@@ -73,7 +78,10 @@ fn a_zone_whose_leases_all_stopped_is_out_once_it_missed_two_renewals() {
     // One renewal missed is tolerated: a2 is late 2 periods and 2 s after -1, at 21.
     assert!(verdict(&a_stopped(19, 16), 20).out.is_empty());
     let at_21 = verdict(&a_stopped(19, 16), 21);
-    assert!(at_21.out.is_empty(), "late at 21 only once past it: {at_21:?}");
+    assert!(
+        at_21.out.is_empty(),
+        "late at 21 only once past it: {at_21:?}"
+    );
     // b renews promptly at 22: the evidence, once it settled a second.
     assert!(verdict(&a_stopped(22, 16), 22).out.is_empty());
     let at_23 = verdict(&a_stopped(22, 16), 23);
@@ -81,7 +89,9 @@ fn a_zone_whose_leases_all_stopped_is_out_once_it_missed_two_renewals() {
     assert_eq!(at_23.out[0].nodes, vec!["a1", "a2"]);
     assert_eq!(at_23.out[0].last_renewed, at(-1));
     assert_eq!(at_23.out[0].late_at, at(21));
-    assert!(at_23.out[0].describe(at(23)).contains("not renewed for 24 s"));
+    assert!(at_23.out[0]
+        .describe(at(23))
+        .contains("not renewed for 24 s"));
     assert_eq!(
         at_23.renewing,
         BTreeSet::from(["b".to_string(), "c".to_string()])
@@ -154,7 +164,13 @@ fn a_zone_of_one_node_tolerates_one_more_missed_renewal() {
         .into_iter()
         .map(|(n, z)| node(n, &[(ZONE, z)]))
         .collect();
-    let leases = |now: i64| [("a1", renewed(0)), ("b1", renewed(now)), ("c1", renewed(now))];
+    let leases = |now: i64| {
+        [
+            ("a1", renewed(0)),
+            ("b1", renewed(now)),
+            ("c1", renewed(now)),
+        ]
+    };
     // Late 3 periods and 2 s after 0: a kubelet restart of 25 s takes nothing out.
     assert!(verdict_on(&ns, &leases(25), 25).out.is_empty());
     assert!(verdict_on(&ns, &leases(32), 33).out.is_empty());

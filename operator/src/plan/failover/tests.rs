@@ -84,10 +84,18 @@ fn member(name: &str, node: &str, c: Component) -> crate::testing::PodBuilder {
 
 fn pods() -> Vec<Pod> {
     vec![
-        member("s-ingester-0", "na1", Component::Ingester).ready_is(true).build(),
-        member("s-ingester-1", "nb1", Component::Ingester).ready_is(true).build(),
-        member("s-ingester-2", "nc1", Component::Ingester).ready_is(true).build(),
-        member("s-distributor-x", "na2", Component::Distributor).ready_is(true).build(),
+        member("s-ingester-0", "na1", Component::Ingester)
+            .ready_is(true)
+            .build(),
+        member("s-ingester-1", "nb1", Component::Ingester)
+            .ready_is(true)
+            .build(),
+        member("s-ingester-2", "nc1", Component::Ingester)
+            .ready_is(true)
+            .build(),
+        member("s-distributor-x", "na2", Component::Distributor)
+            .ready_is(true)
+            .build(),
     ]
 }
 
@@ -95,7 +103,11 @@ fn pods() -> Vec<Pod> {
 fn marked(name: &str, node: &str, ready: &str, since: &str) -> Pod {
     member(name, node, Component::Ingester)
         .zone("a")
-        .condition_since(names::POD_CONDITION_ZONE_AVAILABLE, "False", "2027-01-15T08:00:20Z")
+        .condition_since(
+            names::POD_CONDITION_ZONE_AVAILABLE,
+            "False",
+            "2027-01-15T08:00:20Z",
+        )
         .condition_since("Ready", ready, since)
         .build()
 }
@@ -120,14 +132,20 @@ fn a_silent_zones_pods_are_taken_out_and_only_theirs() {
     let out = names::POD_REASON_ZONE_UNAVAILABLE;
     assert_eq!(
         writes(&f),
-        vec![("s-ingester-0", false, out), ("s-distributor-x", false, out)]
+        vec![
+            ("s-ingester-0", false, out),
+            ("s-distributor-x", false, out)
+        ]
     );
     let w = &f.writes[0];
     assert_eq!((w.zone.as_str(), w.uid.as_str()), ("a", "uid-s-ingester-0"));
     assert!(w.message.contains("not renewed for 30 s"), "{}", w.message);
     // The write stands on the zone's nodes not renewing after the view's event 42.
     let fence = w.fence.as_ref().expect("fence");
-    assert_eq!((fence.nodes.clone(), fence.seq), (vec!["na1".into(), "na2".into()], 42));
+    assert_eq!(
+        (fence.nodes.clone(), fence.seq),
+        (vec!["na1".into(), "na2".into()], 42)
+    );
     assert_eq!(f.zones_out, BTreeSet::from(["a".to_string()]));
 }
 
@@ -201,7 +219,10 @@ fn a_zone_renewing_again_gets_its_pods_back_and_never_touches_others() {
     let renewing = names::POD_REASON_ZONE_RENEWING;
     assert_eq!(
         writes(&f),
-        vec![("s-ingester-0", true, renewing), ("s-distributor-x", true, renewing)]
+        vec![
+            ("s-ingester-0", true, renewing),
+            ("s-distributor-x", true, renewing)
+        ]
     );
     assert!(f.writes[0].message.contains("renewed again"));
     assert!(f.zones_out.is_empty());
@@ -213,12 +234,17 @@ fn a_zone_renewing_again_gets_its_pods_back_and_never_touches_others() {
     let released = names::POD_REASON_ZONE_RELEASED;
     assert_eq!(
         writes(&off),
-        vec![("s-ingester-0", true, released), ("s-distributor-x", true, released)]
+        vec![
+            ("s-ingester-0", true, released),
+            ("s-distributor-x", true, released)
+        ]
     );
     // So does turning the stack's zones off.
     let no_zones = plan(&silent, None, ON);
     assert_eq!(writes(&no_zones).len(), 2);
-    assert!(no_zones.writes[0].message.contains("no longer spreads over zones"));
+    assert!(no_zones.writes[0]
+        .message
+        .contains("no longer spreads over zones"));
 }
 
 #[test]
@@ -229,7 +255,10 @@ fn a_process_that_just_started_puts_no_pod_back_before_it_sees_a_renewal() {
         prompt_at: None,
         ..l
     };
-    let leases: Vec<_> = all_renewing(0).into_iter().map(|(n, l)| (n, listed(l))).collect();
+    let leases: Vec<_> = all_renewing(0)
+        .into_iter()
+        .map(|(n, l)| (n, listed(l)))
+        .collect();
     let mut ps = pods();
     ps[0] = marked("s-ingester-0", "na1", "False", "2027-01-15T08:00:20Z");
     let s = snapshot(&leases, 1, ps);
@@ -242,7 +271,12 @@ fn a_process_that_just_started_puts_no_pod_back_before_it_sees_a_renewal() {
 #[test]
 fn terminating_and_unbound_pods_are_left() {
     let ps = vec![
-        pod("s-querier-x").uid("u1").on("na1").ready_is(true).deleting().build(),
+        pod("s-querier-x")
+            .uid("u1")
+            .on("na1")
+            .ready_is(true)
+            .deleting()
+            .build(),
         pod("s-querier-y").uid("u2").ready_is(false).build(),
     ];
     let s = snapshot(&a_silent(29), 30, ps);
@@ -255,11 +289,16 @@ fn terminating_and_unbound_pods_are_left() {
 fn release_puts_back_only_marked_pods() {
     let ps = vec![
         marked("s-ingester-0", "na1", "False", "2027-01-15T08:00:20Z"),
-        member("s-ingester-1", "nb1", Component::Ingester).ready_is(true).build(),
+        member("s-ingester-1", "nb1", Component::Ingester)
+            .ready_is(true)
+            .build(),
     ];
     let w = release(&ps, "the stack is Unmanaged");
     assert_eq!(w.len(), 1);
-    assert_eq!((w[0].pod.as_str(), w[0].zone.as_str(), w[0].available), ("s-ingester-0", "a", true));
+    assert_eq!(
+        (w[0].pod.as_str(), w[0].zone.as_str(), w[0].available),
+        ("s-ingester-0", "a", true)
+    );
     assert!(w[0].message.starts_with("the stack is Unmanaged"));
 }
 
