@@ -442,9 +442,10 @@ fn no_user_string_reaches_lokis_config_expandable() {
     assert!(rendered > 20, "only {rendered} probes rendered");
 }
 
-/// Every integer in the schema has a minimum and a maximum that fit the type it decodes
-/// into, so admission, not the decoder, refuses an overflow (a stack the decoder
-/// refuses is reported, but could be stored).
+/// Every integer in the spec of every CRD (the LokiStack's and the ruler's three) has a
+/// minimum and a maximum that fit the type it decodes into, so admission, not the
+/// decoder, refuses an overflow (an object the decoder refuses is reported, but could be
+/// stored), and no setting asks Loki for the impossible.
 #[test]
 fn every_integer_is_bounded_at_admission() {
     fn walk(path: &str, s: &Value, out: &mut Vec<String>) {
@@ -453,6 +454,7 @@ fn every_integer_is_bounded_at_admission() {
             // number the field's type holds (int64 fields are held far below 2^53).
             let (lo, hi) = match s["format"].as_str() {
                 Some("int32") => (f64::from(i32::MIN), f64::from(i32::MAX)),
+                Some("uint64") => (0.0, 9_007_199_254_740_992.0),
                 _ => (-9_007_199_254_740_992.0, 9_007_199_254_740_992.0),
             };
             let fits = |v: &Value| {
@@ -476,10 +478,20 @@ fn every_integer_is_bounded_at_admission() {
             walk(&format!("{path}.*"), &s["additionalProperties"], out);
         }
     }
+    let files = loki_zone_operator::cli::crd_files_for(
+        &loki_zone_operator::render::ServerCapabilities::MODERN,
+    )
+    .expect("crds");
     let mut unbounded = Vec::new();
-    walk("", &schema()["properties"]["spec"], &mut unbounded);
+    for (file, yaml) in &files {
+        let crd: Value = serde_yaml_ng::from_str(yaml).expect("yaml");
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert!(spec.is_object(), "{file}: no spec");
+        walk(file, spec, &mut unbounded);
+    }
+    assert_eq!(files.len(), 4);
     assert!(
         unbounded.is_empty(),
-        "integers without both bounds (within i32): {unbounded:#?}"
+        "integers without both bounds (within their type): {unbounded:#?}"
     );
 }

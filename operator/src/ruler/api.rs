@@ -33,6 +33,19 @@ fn default_interval() -> String {
     "1m".into()
 }
 
+/// The most alerts or series one rule of a group may be limited to: a rule that needs
+/// more is past what one ruler evaluates well. Every integer the API takes has a maximum,
+/// so that a stored object always decodes and no setting asks the ruler for the
+/// impossible.
+pub const MAX_GROUP_LIMIT: i64 = 1_000_000;
+/// The most notifications or samples a queue may hold (per shard for remote write):
+/// each is held in the ruler's memory.
+pub const MAX_QUEUE_CAPACITY: i64 = 1_000_000;
+/// The most remote-write shards: each is a connection and a queue of its own.
+pub const MAX_SHARDS: i64 = 10_000;
+/// The largest modulus of a `hashmod` relabel step.
+pub const MAX_MODULUS: i64 = 1_000_000;
+
 /// The status of a rule or ruler configuration: the operator sets `Ready` (loaded by
 /// which stacks, or why not) on the objects a stack with rules enabled picks.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
@@ -87,7 +100,7 @@ pub struct AlertingRuleGroup {
 
     /// The most alerts a rule of the group may produce; 0 is no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_GROUP_LIMIT))]
     pub limit: Option<i32>,
 
     /// The alerting rules.
@@ -167,7 +180,7 @@ pub struct RecordingRuleGroup {
 
     /// The most series a rule of the group may produce; 0 is no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_GROUP_LIMIT))]
     pub limit: Option<i32>,
 
     /// The recording rules.
@@ -309,7 +322,7 @@ pub struct AlertManagerDiscoverySpec {
 pub struct AlertManagerNotificationQueueSpec {
     /// Notifications the queue holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_QUEUE_CAPACITY))]
     pub capacity: Option<i32>,
     /// HTTP timeout of a notification (a Prometheus duration).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -475,17 +488,18 @@ fn default_remote_timeout() -> String {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RemoteWriteClientQueueSpec {
+    /// Samples each shard holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_QUEUE_CAPACITY))]
     pub capacity: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_SHARDS))]
     pub max_shards: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_SHARDS))]
     pub min_shards: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_QUEUE_CAPACITY))]
     pub max_samples_per_send: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1), regex(pattern = PROM_DURATION_PATTERN))]
@@ -519,7 +533,9 @@ pub struct RelabelConfig {
     pub target_label: Option<String>,
     #[serde(default = "default_regex")]
     pub regex: String,
+    /// The modulus of a `hashmod` step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_MODULUS))]
     pub modulus: Option<u64>,
     /// What a `replace` writes; `$1` is the regex's first group.
     #[serde(default = "default_replacement")]
