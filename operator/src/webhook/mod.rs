@@ -19,6 +19,7 @@ pub mod eviction;
 pub mod registration;
 pub mod review;
 pub mod serve;
+pub mod slots;
 pub mod tls;
 
 use std::net::SocketAddr;
