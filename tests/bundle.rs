@@ -1487,6 +1487,7 @@ fn optional_pieces_are_components() {
             "monitoring-loki-mixin",
             "namespaced",
             "single-replica",
+            "webhook-network-policy",
             "zone-outage-recovery"
         ]
     );
@@ -1541,6 +1542,67 @@ fn optional_pieces_are_components() {
         binding["subjects"][0],
         json!({"kind": "ServiceAccount", "name": "loki-zone-operator", "namespace": BASE_NAMESPACE})
     );
+}
+
+/// The webhook's NetworkPolicy selects the operator's pods, lands in the operator's
+/// namespace (with or without the overlay's `namespace:`), names ports the container
+/// has, keeps the pod network off the webhook port and leaves metrics and health open.
+#[test]
+fn the_webhook_network_policy_fits_the_deployment() {
+    for (case, body, ns) in [
+        ("netpol", "", BASE_NAMESPACE),
+        ("netpol-moved", "namespace: logging-ops\n", "logging-ops"),
+    ] {
+        let out = scratch(case);
+        write_overlay(&out, &["webhook-network-policy"], body).expect("overlay");
+        let objects = kustomize(&out).expect("kustomize");
+        let d = deployment(&objects);
+        let policy = objects
+            .iter()
+            .find(|o| o["kind"] == "NetworkPolicy")
+            .expect("NetworkPolicy");
+        assert_eq!(policy["metadata"]["namespace"], ns, "{case}");
+        assert_eq!(d["metadata"]["namespace"], ns, "{case}");
+        let labels = &d["spec"]["template"]["metadata"]["labels"];
+        for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
+            .as_object()
+            .expect("matchLabels")
+        {
+            assert_eq!(
+                &labels[k], v,
+                "the policy selects pods the Deployment does not make"
+            );
+        }
+        let ports: Vec<&str> = d["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        let rules = policy["spec"]["ingress"].as_array().expect("ingress");
+        let named: Vec<&str> = rules
+            .iter()
+            .flat_map(|r| r["ports"].as_array().cloned().unwrap_or_default())
+            .filter_map(|p| p["port"].as_str().map(str::to_string))
+            .map(|p| {
+                ports
+                    .iter()
+                    .copied()
+                    .find(|q| *q == p)
+                    .expect("a port the container has")
+            })
+            .collect();
+        assert_eq!(named, vec!["webhook", "metrics", "health"]);
+        let webhook_from = &rules[0]["from"];
+        assert!(!webhook_from[0]["ipBlock"]["except"]
+            .as_array()
+            .expect("except")
+            .is_empty());
+        assert!(
+            rules[1]["from"].is_null(),
+            "metrics and health stay open to every source"
+        );
+    }
 }
 
 fn pod_disruption_budget(objects: &[Value]) -> Option<&Value> {
