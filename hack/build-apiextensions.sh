@@ -64,6 +64,26 @@ BUILD_STAMP="sid-gopath-2"
 
 log() { printf '[apiextensions] %s\n' "$*" >&2; }
 
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# tests/admission.rs runs the server on a local etcd (Debian's etcd-server). A fresh
+# machine has none until hack/build-control-plane.sh installs it, which `make test` runs
+# after the unit tests: installed here, before them, or the admission table is skipped.
+ensure_etcd() {
+  command -v etcd >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null 2>&1; then
+    log "needs etcd on PATH (Debian's etcd-server)"
+    return 1
+  fi
+  log "installing etcd-server with apt (the admission check's etcd)"
+  as_root apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq etcd-server >/dev/null
+}
+
+if [ "${1:-}" != "--cached" ]; then
+  ensure_etcd || exit 1
+fi
+
 if [ -x "$BIN" ] && [ "$(cat "$BIN_DIR/.stamp" 2>/dev/null)" = "$BUILD_STAMP" ]; then
   log "cached binary in $BIN_DIR"
   echo "$BIN_DIR"
