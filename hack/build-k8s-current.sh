@@ -19,7 +19,7 @@ CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
 BIN_DIR="$CACHE_DIR/k8s-${VERSION#v}/bin"
 WANT=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
 # The recipe: the module's files and this script. A change rebuilds.
-STAMP=$(cat "$MOD/go.mod" "$MOD/go.sum" "$MOD/tools.go" "$0" | sha256sum | cut -c1-16)
+STAMP=$(cat "$MOD/go.mod" "$MOD/go.sum" "$MOD/tools.go" "$HERE/build-k8s-current.sh" | sha256sum | cut -c1-16)
 
 log() { printf '[k8s-%s] %s\n' "${VERSION#v}" "$*" >&2; }
 
