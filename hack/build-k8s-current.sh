@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kube-proxy
-# of a current Kubernetes from hack/k8s-current, a Go module of ours that depends on
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and
+# kubectl of a current Kubernetes from hack/k8s-current, a Go module of ours that depends on
 # k8s.io/kubernetes as a library (its staging modules replaced by their matching
 # v0.x releases), from the Go module proxy. Cached outside the repository; a second run
 # with the binaries present prints their directory and exits at once. Prints the cold
@@ -17,7 +17,7 @@ VERSION=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$MOD/go
 MINOR=$(echo "$VERSION" | cut -d. -f2)
 CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
 BIN_DIR="$CACHE_DIR/k8s-${VERSION#v}/bin"
-WANT=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+WANT=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 # The recipe: the module's files and this script. A change rebuilds.
 STAMP=$(cat "$MOD/go.mod" "$MOD/go.sum" "$MOD/tools.go" "$HERE/build-k8s-current.sh" | sha256sum | cut -c1-16)
 

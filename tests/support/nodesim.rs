@@ -467,8 +467,15 @@ async fn namespace_names(client: Client) {
     }
 }
 
+/// Where in each heartbeat period the `i`th of `total` nodes (by name) beats: spread
+/// evenly over the first three quarters of it, so that a round ends within its period.
+fn phase(i: usize, total: usize, every: Duration) -> Duration {
+    let spread = every.mul_f64(0.75);
+    spread.mul_f64(i as f64 / total.max(1) as f64)
+}
+
 /// Every `how.every`, a heartbeat for every node that is not cut off, including nodes
-/// created since the last round.
+/// created since the last round, each at its own phase of the period ([`phase`]).
 async fn heartbeats(client: Client, dark: Dark, how: Heartbeats) {
     let nodes: Api<Node> = Api::all(client.clone());
     let mut tick = tokio::time::interval(how.every);
@@ -492,7 +499,16 @@ async fn heartbeats(client: Client, dark: Dark, how: Heartbeats) {
             .filter(|n| !is_dark(&dark, &n.name_any()))
             .collect();
         let total = live.len();
-        let results: Vec<Result<()>> = futures::stream::iter(live)
+        // Each node at its own phase of the period, as kubelets renew: a stalled view of
+        // the Leases then sees one zone late before another, as it would with kubelets.
+        let mut live = live;
+        live.sort_by_key(ResourceExt::name_any);
+        let round = tokio::time::Instant::now();
+        let results: Vec<Result<()>> = futures::stream::iter(live.into_iter().enumerate())
+            .then(|(i, n)| async move {
+                tokio::time::sleep_until(round + phase(i, total, how.every)).await;
+                n
+            })
             .map(|n| {
                 let client = client.clone();
                 async move { heartbeat(&client, &n, how).await }
