@@ -14,7 +14,7 @@ use crate::act::apply::{Applier, ApplyError};
 use crate::act::{failover, recovery, rollout, scale_down};
 use crate::caches::coverage::Coverage;
 use crate::caches::reflectors::Caches;
-use crate::intent::{Action, Applied, Done, Intent, Prepared, Recovered};
+use crate::intent::{Action, Applied, Done, FailedOver, Intent, Prepared, Recovered};
 use crate::observe::Snapshot;
 use crate::render::kinds::ChildKind;
 use crate::render::Child;
@@ -41,24 +41,7 @@ pub async fn execute(
     // First: every second a silent zone's pods stay behind their Services fails a share
     // of every client's requests, and the steps below may wait (on ingesters, on the
     // webhook); none of them depends on it.
-    let failed_over = if intent.failover.writes.is_empty() {
-        Default::default()
-    } else {
-        let done = failover::run(
-            a.client,
-            &snapshot.namespace,
-            &intent.failover.writes,
-            intent.now,
-            &a.caches.node_leases,
-        )
-        .await;
-        let (back, out): (Vec<_>, Vec<_>) = done.written.iter().partition(|w| w.available);
-        let pods = &a.metrics.failover_pods;
-        Metrics::count(pods, "out", out.len() as u64);
-        Metrics::count(pods, "back", back.len() as u64);
-        Metrics::count(pods, "failed", done.failed.len() as u64);
-        done
-    };
+    let failed_over = fail_over(a, snapshot, intent).await;
     let prepared = match &intent.scale_down {
         Some(s) => Some(scale_down::prepare(&s.leaving).await),
         None => None,
@@ -103,6 +86,27 @@ pub async fn execute(
         failed_over,
     };
     (done, error)
+}
+
+/// The fast failover's writes, counted.
+async fn fail_over(a: &Actor<'_>, snapshot: &Snapshot, intent: &Intent) -> FailedOver {
+    if intent.failover.writes.is_empty() {
+        return FailedOver::default();
+    }
+    let done = failover::run(
+        a.client,
+        &snapshot.namespace,
+        &intent.failover.writes,
+        intent.now,
+        &a.caches.node_leases,
+    )
+    .await;
+    let (back, out): (Vec<_>, Vec<_>) = done.written.iter().partition(|w| w.available);
+    let pods = &a.metrics.failover_pods;
+    Metrics::count(pods, "out", out.len() as u64);
+    Metrics::count(pods, "back", back.len() as u64);
+    Metrics::count(pods, "failed", done.failed.len() as u64);
+    done
 }
 
 /// `children` with the one of `held`'s kind and name replaced by it.

@@ -232,19 +232,7 @@ fn choose<'m, 'a>(
     let single = (down.len() == 1)
         .then(|| down.keys().next().map(|z| z.to_string()))
         .flatten();
-    if !input.forced {
-        waits.extend(input.disrupted.iter().map(|(z, state)| match state {
-            ZoneState::Maintenance => format!("zone {z} in maintenance"),
-            _ => format!("zone {z} unavailable"),
-        }));
-        waits.extend(
-            input
-                .failed_over
-                .iter()
-                .filter(|z| !input.disrupted.contains_key(*z))
-                .map(|z| format!("zone {z} out of its Services (fast failover)")),
-        );
-    }
+    waits.extend(zone_waits(input));
     let unzoned: Vec<&str> = members
         .iter()
         .filter(|m| m.zone.is_none() && !m.ready)
@@ -284,6 +272,24 @@ fn choose<'m, 'a>(
         (false, _) => waits.push(format!("zone {zone}: restarting {}", names_of(&chosen))),
     }
     (chosen, Some(zone.to_string()))
+}
+
+/// The zones that hold every rollout back, unless forced: disrupted ones, and those the
+/// fast failover has out of their Services.
+fn zone_waits(input: &Inputs) -> Vec<String> {
+    if input.forced {
+        return Vec::new();
+    }
+    let disrupted = input.disrupted.iter().map(|(z, state)| match state {
+        ZoneState::Maintenance => format!("zone {z} in maintenance"),
+        _ => format!("zone {z} unavailable"),
+    });
+    let failed_over = input
+        .failed_over
+        .iter()
+        .filter(|z| !input.disrupted.contains_key(*z))
+        .map(|z| format!("zone {z} out of its Services (fast failover)"));
+    disrupted.chain(failed_over).collect()
 }
 
 /// The first zone, in name order, with an outdated pod that can be deleted.

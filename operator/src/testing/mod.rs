@@ -93,6 +93,18 @@ pub fn node(name: &str, labels: &[(&str, &str)]) -> Node {
 }
 
 /// A field manager entry of an object's `managedFields`, as the API server writes it.
+/// A node's Lease of 40 s (renewed every 10 s) seen renewed at `at`, promptly.
+pub fn lease_seen(at: k8s_openapi::jiff::Timestamp) -> crate::checks::silence::LeaseSeen {
+    crate::checks::silence::LeaseSeen {
+        renewed: at,
+        duration_secs: 40,
+        renewal_seen: true,
+        prompt_at: Some(at),
+        slow_at: None,
+        seq: 0,
+    }
+}
+
 pub fn field_manager_entry(
     manager: &str,
     operation: &str,

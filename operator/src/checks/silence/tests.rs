@@ -2,7 +2,7 @@
 //! renewals (stalled, paused, delayed, with clocks stepping) makes.
 
 use super::*;
-use crate::testing::{node, ZONE};
+use crate::testing::{lease_seen, node, ZONE};
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("ts")
@@ -25,14 +25,7 @@ fn nodes() -> Vec<Node> {
 
 /// A Lease of 40 s (renewed every 10 s) seen renewed at `s`, promptly.
 fn renewed(s: i64) -> LeaseSeen {
-    LeaseSeen {
-        renewed: at(s),
-        duration_secs: 40,
-        renewal_seen: true,
-        prompt_at: Some(at(s)),
-        slow_at: None,
-        seq: 0,
-    }
+    lease_seen(at(s))
 }
 
 fn view(leases: &[(&str, LeaseSeen)], now: i64) -> LeaseView {

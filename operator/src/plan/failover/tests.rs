@@ -8,7 +8,7 @@ use crate::checks::silence::{LeaseSeen, LeaseView};
 use crate::checks::zones;
 use crate::model::api::LokiStackSize;
 use crate::model::defaults::{effective, Component};
-use crate::testing::{node, pod, zoned_spec, ZONE};
+use crate::testing::{lease_seen, node, pod, zoned_spec, ZONE};
 
 fn at(secs: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + secs).expect("ts")
@@ -16,16 +16,9 @@ fn at(secs: i64) -> Timestamp {
 
 const ON: Switch = Switch::On(Tolerance { missed_renewals: 1 });
 
-/// Seen renewed at `s`, promptly, with a 40 s Lease (renewed every 10 s).
+/// A Lease of 40 s (renewed every 10 s) seen renewed at `s`, promptly.
 fn renewed(s: i64) -> LeaseSeen {
-    LeaseSeen {
-        renewed: at(s),
-        duration_secs: 40,
-        renewal_seen: true,
-        prompt_at: Some(at(s)),
-        slow_at: None,
-        seq: 7,
-    }
+    lease_seen(at(s))
 }
 
 /// Zones a, b, c of two nodes each (na1, na2, ...); one ingester in each, and a
