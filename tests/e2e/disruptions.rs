@@ -240,7 +240,7 @@ async fn drain(env: &Env, zone: &str, timeout: &str) -> Result<String> {
     let nodes = env.sim.nodes_in_zone(zone).await?;
     let selector = format!("--pod-selector={}={STACK}", names::LABEL_INSTANCE);
     let timeout = format!("--timeout={timeout}");
-    let mut args = vec!["drain", "--ignore-daemonsets", "--delete-local-data"];
+    let mut args = vec!["drain", "--ignore-daemonsets", "--delete-emptydir-data"];
     args.extend([selector.as_str(), timeout.as_str()]);
     args.extend(nodes.iter().map(String::as_str));
     kubectl(env, &args)
