@@ -652,6 +652,26 @@ mod tests {
         review
     }
 
+    /// An eviction review from 127.0.0.1 on a new connection: the answer and how long it
+    /// took; panics unless it is answered `within`.
+    async fn review_within(
+        addr: std::net::SocketAddr,
+        bundle: &str,
+        within: Duration,
+    ) -> (String, Duration) {
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(within, async {
+            let mut c = connect(addr, bundle).await?;
+            c.write_all(&eviction_review()).await?;
+            std::io::Result::Ok(response(&mut c).await)
+        })
+        .await;
+        match answer {
+            Ok(Ok(a)) => (a, started.elapsed()),
+            other => panic!("the review was not answered within {within:?}: {other:?}"),
+        }
+    }
+
     /// One client holds every connection it can, silent ones and ones that sent a
     /// review's headers but never its body (as many as the whole server would take, and
     /// more): a review from the API server is still answered well within the eviction
@@ -696,18 +716,7 @@ mod tests {
             stalled.push(c);
         }
         let webhook_timeout = Duration::from_secs(DISRUPTION_TIMEOUT_SECONDS.unsigned_abs().into());
-        let started = std::time::Instant::now();
-        let answer = tokio::time::timeout(webhook_timeout, async {
-            let mut c = connect(addr, &bundle).await?;
-            c.write_all(&eviction_review()).await?;
-            std::io::Result::Ok(response(&mut c).await)
-        })
-        .await;
-        let took = started.elapsed();
-        let answer = match answer {
-            Ok(Ok(a)) => a,
-            other => panic!("the review was not answered within {webhook_timeout:?}: {other:?}"),
-        };
+        let (answer, took) = review_within(addr, &bundle, webhook_timeout).await;
         assert!(
             answer.starts_with("HTTP/1.1 200") && answer.contains(r#""allowed":true"#),
             "{answer}"
@@ -781,18 +790,7 @@ mod tests {
         });
         let mut slowest = Duration::ZERO;
         for _ in 0..5 {
-            let started = std::time::Instant::now();
-            let answer = tokio::time::timeout(Duration::from_secs(5), async {
-                let mut c = connect(addr, &bundle).await?;
-                c.write_all(&eviction_review()).await?;
-                std::io::Result::Ok(response(&mut c).await)
-            })
-            .await;
-            let took = started.elapsed();
-            let answer = match answer {
-                Ok(Ok(a)) => a,
-                other => panic!("a review was not answered within 5 s: {other:?}"),
-            };
+            let (answer, took) = review_within(addr, &bundle, Duration::from_secs(5)).await;
             assert!(answer.contains(r#""allowed":true"#), "{answer}");
             slowest = slowest.max(took);
         }
