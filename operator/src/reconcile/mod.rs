@@ -34,6 +34,7 @@ use crate::caches::stacks;
 use crate::intent::Applied;
 use crate::model::api::{LokiStack, LokiStackStatus, ManagementState};
 use crate::model::conditions::{EventReason, Happening};
+use crate::model::names;
 use crate::observe::{observe, ObserveError, Snapshot};
 use crate::plan::{failover, plan, PlanError};
 use crate::render::{ServerCapabilities, Settings};
@@ -248,8 +249,9 @@ fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<(Action, &'static
 }
 
 /// The one write for a stack left alone: its pods the fast failover took out are put
-/// back, since nothing would lift the mark otherwise. Failures are logged; the next
-/// change of the stack tries again.
+/// back, since nothing would lift the mark otherwise. A failure is a Warning Event on the
+/// stack (`ZoneFailoverFailed`, saying what to fix) and in the log; the next change of
+/// the stack tries again.
 async fn release_failover(stack: &LokiStack, ctx: &Context, why: &str) {
     let ns = stack.namespace().unwrap_or_default();
     let pods = ctx.caches.stack_pods(&ns, &stack.name_any());
@@ -265,8 +267,22 @@ async fn release_failover(stack: &LokiStack, ctx: &Context, why: &str) {
         &ctx.caches.node_leases,
     )
     .await;
+    let object = stack.object_ref(&());
     for (w, e) in &done.failed {
         warn!(pod = %w.pod, namespace = %ns, error = %e, "cannot put a pod the fast failover took out back ({why})");
+        let note = format!(
+            "{why}: cannot set {}=True on pod {}: {e}",
+            names::POD_CONDITION_ZONE_AVAILABLE,
+            w.pod
+        );
+        ctx.notify
+            .event(
+                &object,
+                EventType::Warning,
+                Happening::ZoneFailoverFailed,
+                note,
+            )
+            .await;
     }
 }
 
