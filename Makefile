@@ -81,8 +81,20 @@ apiextensions-or-why:
 	  echo "!! $$(cat $(APIEXT_MISSING))- the CRD admission check will NOT run" >&2; }
 
 .PHONY: unit
-unit: promtool-or-why ## Unit and integration tests (no cluster needed; the admission check needs `make apiextensions` once; promtool is installed with apt as root)
+unit: promtool-or-why regex-parity-check ## Unit and integration tests (no cluster needed; the admission check needs `make apiextensions` once; promtool is installed with apt as root)
 	LZO_PROMTOOL_UNAVAILABLE="$$(cat $(PROMTOOL_MISSING) 2>/dev/null)" $(CARGO) test --locked --workspace
+
+REGEX_PARITY := operator/src/logql/regex_parity.jsonl
+
+.PHONY: regex-parity
+regex-parity: ## Rewrite Go's verdicts in the regex parity corpus (Go's regexp and grafana/regexp; needs Go)
+	cd hack/regex-parity && go run . ../../$(REGEX_PARITY)
+
+# The corpus's verdicts are Go's own (the unit tests check ours against them).
+.PHONY: regex-parity-check
+regex-parity-check:
+	@command -v go >/dev/null || { echo "make test needs Go (1.25 or later) for hack/regex-parity" >&2; exit 1; }
+	cd hack/regex-parity && go run . -check ../../$(REGEX_PARITY)
 
 # Installs promtool (Debian's prometheus package) if it can; if it cannot (not root, no
 # apt), records why, so that the rule tests and the end of `make test` say so, and

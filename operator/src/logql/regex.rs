@@ -3,7 +3,25 @@
 //! syntax (`regexp/syntax` with Perl flags) is checked here as Go checks it, and what a
 //! stream selector needs to know: whether a matcher matches the empty string.
 
-/// What Go would build: enough to know what matches the empty string and how repeats nest.
+// Go's limits on a parsed regex (`regexp/syntax/parse.go`, the same in grafana/regexp).
+/// The compiled program's instructions: 128 MiB of 40-byte instructions.
+const MAX_SIZE: u64 = (128 << 20) / 40;
+/// The parse tree's height.
+const MAX_HEIGHT: usize = 1000;
+/// Groups of any kind open at once (ours: Go has no such limit for non-capturing ones).
+const MAX_GROUP_DEPTH: usize = 1100;
+/// The runes of every literal and class: 128 MiB of 4-byte runes.
+const MAX_RUNES: u64 = (128 << 20) / 4;
+/// The most runes one `\p{..}` or `\P{..}` puts in a class, negated and case-folded
+/// included; and one Perl or POSIX class (`\w`, `[:^alpha:]`); and the runes case folding
+/// maps elsewhere. All three as Go computes them: `hack/regex-parity` writes them into
+/// `regex_parity.jsonl`, and a test checks these against it.
+const UNICODE_CLASS_RUNES: u64 = 1424;
+const PERL_CLASS_RUNES: u64 = 14;
+const FOLD_RUNES: u64 = 2878;
+
+/// What Go would build: enough to know what matches the empty string, how repeats nest,
+/// and the size and height Go gives its parse tree.
 enum Node {
     /// A character, a class or `.`.
     Char,
@@ -18,6 +36,8 @@ enum Node {
         max: i32,
         braces: bool,
     },
+    /// A capturing group.
+    Group(Box<Node>),
 }
 
 impl Node {
@@ -28,6 +48,7 @@ impl Node {
             Node::Cat(v) => v.iter().all(Node::matches_empty),
             Node::Alt(v) => v.iter().any(Node::matches_empty),
             Node::Rep { sub, min, .. } => *min == 0 || sub.matches_empty(),
+            Node::Group(sub) => sub.matches_empty(),
         }
     }
 
@@ -55,25 +76,116 @@ impl Node {
                 sub.repeats_fit(n)
             }
             Node::Cat(v) | Node::Alt(v) => v.iter().all(|s| s.repeats_fit(n)),
+            Node::Group(sub) => sub.repeats_fit(n),
             _ => true,
+        }
+    }
+
+    /// Go's `calcSize`: the instructions the compiled program has. Go factors common
+    /// prefixes out of alternations first, which only makes its size smaller: this is
+    /// never below Go's.
+    fn size(&self) -> u64 {
+        let size = match self {
+            Node::Char | Node::Assert(_) => 1,
+            Node::Cat(v) => v.iter().map(Node::size).fold(0, u64::saturating_add),
+            Node::Alt(v) => v
+                .iter()
+                .map(Node::size)
+                .fold(v.len().saturating_sub(1) as u64, u64::saturating_add),
+            Node::Group(sub) => sub.size().saturating_add(2),
+            Node::Rep {
+                sub,
+                min,
+                max,
+                braces,
+            } => {
+                let (sub, min, max) = (sub.size(), u64::from(min.unsigned_abs()), *max);
+                match (braces, max) {
+                    (false, -1) if min == 0 => sub.saturating_add(2),
+                    (false, _) => sub.saturating_add(1),
+                    (true, -1) if min == 0 => sub.saturating_add(2),
+                    (true, -1) => sub.saturating_mul(min).saturating_add(1),
+                    (true, max) => {
+                        let max = u64::from(max.unsigned_abs());
+                        sub.saturating_mul(max).saturating_add(max - min)
+                    }
+                }
+            }
+        };
+        size.max(1)
+    }
+
+    /// Go's `calcHeight`, where its parser merges literals and flattens a concatenation
+    /// in a concatenation. Where Go factors an alternation whose branches start alike,
+    /// each character of the shared start can add up to two levels: counted here.
+    fn height(&self) -> usize {
+        match self {
+            Node::Char | Node::Assert(_) => 1,
+            Node::Cat(v) if v.iter().all(|n| matches!(n, Node::Char)) => 1,
+            Node::Cat(v) | Node::Alt(v) if v.len() == 1 => v[0].height(),
+            Node::Cat(v) => 1 + v.iter().map(Node::height_in_cat).max().unwrap_or(0),
+            Node::Alt(v) => {
+                let leads: Vec<usize> = v.iter().map(Node::leading_chars).collect();
+                let factored = match leads.iter().filter(|&&n| n > 0).count() {
+                    0 | 1 => 0,
+                    _ => 2 * leads.iter().max().copied().unwrap_or(0),
+                };
+                1 + factored + v.iter().map(Node::height).max().unwrap_or(0)
+            }
+            Node::Rep { sub, .. } | Node::Group(sub) => 1 + sub.height(),
+        }
+    }
+
+    /// The height of a part of a concatenation: a concatenation in it is flattened.
+    fn height_in_cat(&self) -> usize {
+        match self {
+            Node::Cat(v) if v.len() > 1 => v.iter().map(Node::height_in_cat).max().unwrap_or(0),
+            _ => self.height(),
+        }
+    }
+
+    /// How many characters (or repeated characters) a branch starts with.
+    fn leading_chars(&self) -> usize {
+        match self {
+            Node::Char => 1,
+            Node::Rep { sub, .. } if matches!(**sub, Node::Char) => 1,
+            Node::Cat(v) => {
+                let mut n = 0;
+                for part in v {
+                    match part.leading_chars() {
+                        0 => break,
+                        k => n += k,
+                    }
+                }
+                n
+            }
+            _ => 0,
         }
     }
 }
 
-/// One open group: the alternatives so far and the sequence being read.
+/// One open group: the alternatives so far and the sequence being read, whether it
+/// captures, and whether case folding (`(?i)`) is on in it.
 #[derive(Default)]
 struct Frame {
     alts: Vec<Node>,
     seq: Vec<Node>,
+    capture: bool,
+    fold: bool,
 }
 
 impl Frame {
     fn close(mut self) -> Node {
-        if self.alts.is_empty() {
-            return Node::Cat(self.seq);
+        let node = if self.alts.is_empty() {
+            Node::Cat(self.seq)
+        } else {
+            self.alts.push(Node::Cat(self.seq));
+            Node::Alt(self.alts)
+        };
+        match self.capture {
+            true => Node::Group(Box::new(node)),
+            false => node,
         }
-        self.alts.push(Node::Cat(self.seq));
-        Node::Alt(self.alts)
     }
 }
 
@@ -97,144 +209,249 @@ pub(super) enum Flavor {
 }
 
 /// Parses `re` as Go's `regexp.Compile` does; the error says what Go would refuse.
+/// Prometheus's matchers and Loki's `label_replace` wrap the user's regex in `^(?s:` ... `)$`
+/// as text before they compile it: `parse` is given that text.
 pub(super) fn parse(re: &str, flavor: Flavor) -> Result<Regex, String> {
-    let s: Vec<char> = re.chars().collect();
-    let mut frames = vec![Frame::default()];
-    let (mut i, mut last_repeat, mut groups, mut names) = (0, false, 0, Vec::new());
-    let fail = |what: &str| format!("{what} in the regex {re:?}");
-    while i < s.len() {
-        // Go refuses 999 nested capturing groups in a matcher (its parse tree would be
-        // more than 1000 high); this refuses as many groups of any kind.
-        if frames.len() > 999 {
-            return Err(fail("groups nested more than 998 deep"));
-        }
-        let mut repeat = false;
-        let top = frames.len() - 1;
-        match s[i] {
-            '(' if s.get(i + 1) == Some(&'?') => match perl_group(&s, i)? {
-                (next, Some(name)) => {
-                    groups += usize::from(name.is_some());
-                    names.extend(name);
-                    frames.push(Frame::default());
-                    i = next;
-                }
-                (next, None) => i = next,
-            },
-            '(' => {
-                groups += 1;
-                frames.push(Frame::default());
-                i += 1;
-            }
-            '|' => {
-                let seq = std::mem::take(&mut frames[top].seq);
-                frames[top].alts.push(Node::Cat(seq));
-                i += 1;
-            }
-            ')' => {
-                if frames.len() == 1 {
-                    return Err(fail("an unexpected )"));
-                }
-                let node = frames.pop().map(Frame::close);
-                frames[top - 1].seq.extend(node);
-                i += 1;
-            }
-            '^' | '$' => {
-                frames[top].seq.push(Node::Assert(true));
-                i += 1;
-            }
-            '[' => {
-                i = class(&s, i, flavor).map_err(|e| fail(&e))?;
-                frames[top].seq.push(Node::Char);
-            }
-            c @ ('*' | '+' | '?' | '{') => {
-                let (min, max, next) = match c {
-                    '*' => (0, -1, i + 1),
-                    '+' => (1, -1, i + 1),
-                    '?' => (0, 1, i + 1),
-                    _ => match braces(&s, i) {
-                        Some(r) => r,
-                        None => {
-                            // Not a repeat: a literal {.
-                            frames[top].seq.push(Node::Char);
-                            i += 1;
-                            last_repeat = false;
-                            continue;
-                        }
-                    },
-                };
-                if !(0..=1000).contains(&min) || max > 1000 || (max >= 0 && min > max) {
-                    return Err(fail("an invalid repeat count (at most 1000)"));
-                }
-                i = next + usize::from(s.get(next) == Some(&'?'));
-                if last_repeat {
-                    return Err(fail("a repeat of a repeat (like a**)"));
-                }
-                let Some(sub) = frames[top].seq.pop() else {
-                    return Err(fail("a repeat with nothing before it to repeat"));
-                };
-                let node = Node::Rep {
-                    sub: Box::new(sub),
-                    min,
-                    max,
-                    braces: c == '{',
-                };
-                if c == '{' && (min >= 2 || max >= 2) && !node.repeats_fit(1000) {
-                    return Err(fail("repeats nested past 1000 copies"));
-                }
-                frames[top].seq.push(node);
-                repeat = true;
-            }
-            '\\' => match s.get(i + 1) {
-                Some('A' | 'z' | 'B') => {
-                    frames[top].seq.push(Node::Assert(true));
-                    i += 2;
-                }
-                Some('b') => {
-                    frames[top].seq.push(Node::Assert(false));
-                    i += 2;
-                }
-                Some('Q') => {
-                    i += 2;
-                    while i < s.len() && !(s[i] == '\\' && s.get(i + 1) == Some(&'E')) {
-                        frames[top].seq.push(Node::Char);
-                        i += 1;
-                    }
-                    i = (i + 2).min(s.len());
-                }
-                _ => {
-                    i = class_escape(&s, i, flavor)
-                        .unwrap_or_else(|| escape(&s, i).map(|(_, n)| n))
-                        .map_err(|e| fail(&e))?;
-                    frames[top].seq.push(Node::Char);
-                }
-            },
-            _ => {
-                frames[top].seq.push(Node::Char);
-                i += 1;
-            }
-        }
-        last_repeat = repeat;
+    let mut p = Parser {
+        s: re.chars().collect(),
+        flavor,
+        frames: vec![Frame::default()],
+        i: 0,
+        last_repeat: false,
+        groups: 0,
+        names: Vec::new(),
+        runes: 0,
+    };
+    let fail = |what: &str| format!("{what} in the regex {}", quoted(re));
+    let root = p.run().map_err(|e| fail(&e))?;
+    if root.size() > MAX_SIZE || p.runes > MAX_RUNES {
+        return Err(fail(
+            "an expression too large for Go's regexp (its compiled program would pass 128 MiB; fewer or smaller repeats and classes)",
+        ));
     }
-    if frames.len() != 1 {
-        return Err(fail("a ( that is never closed"));
+    if root.height() > MAX_HEIGHT {
+        return Err(fail(&format!(
+            "an expression nested too deeply for Go's regexp (more than {MAX_HEIGHT} levels of groups, repeats and alternations)"
+        )));
     }
-    let root = frames
-        .pop()
-        .map(Frame::close)
-        .unwrap_or(Node::Cat(Vec::new()));
     Ok(Regex {
         matches_empty: root.matches_empty(),
-        groups,
-        names,
+        groups: p.groups,
+        names: p.names,
     })
 }
 
-/// `(?P<name>`, `(?<name>`, `(?flags)` or `(?flags:` at `i`: where it ends, and
-/// `Some(name)` if it opens a group (`None` inside for an unnamed one) or `None` for flags
-/// alone.
-type Group = (usize, Option<Option<String>>);
+/// A regex in a message: its first 100 characters when it is longer.
+fn quoted(re: &str) -> String {
+    match re.char_indices().nth(100) {
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &re[..cut], re.len()),
+        None => format!("{re:?}"),
+    }
+}
 
-fn perl_group(s: &[char], i: usize) -> Result<Group, String> {
+/// Go's parser, as far as what it refuses: one pass over the characters with a stack of
+/// open groups.
+struct Parser {
+    s: Vec<char>,
+    flavor: Flavor,
+    frames: Vec<Frame>,
+    i: usize,
+    last_repeat: bool,
+    groups: usize,
+    names: Vec<String>,
+    /// At least the runes Go's parser counts (`numRunes`).
+    runes: u64,
+}
+
+impl Parser {
+    fn top(&mut self) -> &mut Frame {
+        let top = self.frames.len() - 1;
+        &mut self.frames[top]
+    }
+
+    fn push(&mut self, node: Node, runes: u64) {
+        self.runes = self.runes.saturating_add(runes);
+        self.top().seq.push(node);
+    }
+
+    fn run(&mut self) -> Result<Node, String> {
+        while self.i < self.s.len() {
+            // Go's height limit refuses about 1,000 nested capturing groups; this bound
+            // on groups of any kind keeps the tree's recursion bounded.
+            if self.frames.len() > MAX_GROUP_DEPTH {
+                return Err(format!("groups nested more than {MAX_GROUP_DEPTH} deep"));
+            }
+            self.last_repeat = self.step()?;
+        }
+        if self.frames.len() != 1 {
+            return Err("a ( that is never closed".into());
+        }
+        Ok(self
+            .frames
+            .pop()
+            .map(Frame::close)
+            .unwrap_or(Node::Cat(Vec::new())))
+    }
+
+    /// Reads one item at `i`; true if it was a repeat.
+    fn step(&mut self) -> Result<bool, String> {
+        match self.s[self.i] {
+            '(' => self.open()?,
+            '|' => {
+                let top = self.top();
+                let seq = std::mem::take(&mut top.seq);
+                top.alts.push(Node::Cat(seq));
+                self.i += 1;
+            }
+            ')' => {
+                if self.frames.len() == 1 {
+                    return Err("an unexpected )".into());
+                }
+                let node = self.frames.pop().map(Frame::close);
+                self.top().seq.extend(node);
+                self.i += 1;
+            }
+            '^' | '$' => {
+                self.push(Node::Assert(true), 0);
+                self.i += 1;
+            }
+            '[' => {
+                let fold = self.top().fold;
+                let (end, runes) = class(&self.s, self.i, self.flavor, fold)?;
+                self.i = end;
+                self.push(Node::Char, runes);
+            }
+            '.' => {
+                self.push(Node::Char, 0);
+                self.i += 1;
+            }
+            '*' | '+' | '?' | '{' => return self.repeat(),
+            '\\' => self.backslash()?,
+            _ => {
+                self.push(Node::Char, 1);
+                self.i += 1;
+            }
+        }
+        Ok(false)
+    }
+
+    /// `(`, `(?P<name>`, `(?flags)` or `(?flags:` at `i`.
+    fn open(&mut self) -> Result<(), String> {
+        let fold = self.top().fold;
+        if self.s.get(self.i + 1) != Some(&'?') {
+            self.groups += 1;
+            self.frames.push(Frame {
+                capture: true,
+                fold,
+                ..Frame::default()
+            });
+            self.i += 1;
+            return Ok(());
+        }
+        let group = perl_group(&self.s, self.i)?;
+        self.i = group.end;
+        let fold = group.fold.unwrap_or(fold);
+        match group.opens {
+            Some(name) => {
+                self.groups += usize::from(name.is_some());
+                self.names.extend(name.clone());
+                self.frames.push(Frame {
+                    capture: name.is_some(),
+                    fold,
+                    ..Frame::default()
+                });
+            }
+            None => self.top().fold = fold,
+        }
+        Ok(())
+    }
+
+    /// `*`, `+`, `?` or `{n,m}` at `i` (a `{` that is not a repeat is a literal).
+    fn repeat(&mut self) -> Result<bool, String> {
+        let c = self.s[self.i];
+        let (min, max, next) = match c {
+            '*' => (0, -1, self.i + 1),
+            '+' => (1, -1, self.i + 1),
+            '?' => (0, 1, self.i + 1),
+            _ => match braces(&self.s, self.i) {
+                Some(r) => r,
+                None => {
+                    self.push(Node::Char, 1);
+                    self.i += 1;
+                    return Ok(false);
+                }
+            },
+        };
+        if !(0..=1000).contains(&min) || max > 1000 || (max >= 0 && min > max) {
+            return Err("an invalid repeat count (at most 1000)".into());
+        }
+        self.i = next + usize::from(self.s.get(next) == Some(&'?'));
+        if self.last_repeat {
+            return Err("a repeat of a repeat (like a**)".into());
+        }
+        let Some(sub) = self.top().seq.pop() else {
+            return Err("a repeat with nothing before it to repeat".into());
+        };
+        let node = Node::Rep {
+            sub: Box::new(sub),
+            min,
+            max,
+            braces: c == '{',
+        };
+        if c == '{' && (min >= 2 || max >= 2) && !node.repeats_fit(1000) {
+            return Err("repeats nested past 1000 copies".into());
+        }
+        self.push(node, 0);
+        Ok(true)
+    }
+
+    /// An escape at `i`: an assertion, `\Q...\E`, a class or one character.
+    fn backslash(&mut self) -> Result<(), String> {
+        let (s, i) = (&self.s, self.i);
+        match s.get(i + 1) {
+            Some('A' | 'z' | 'B') => {
+                self.push(Node::Assert(true), 0);
+                self.i += 2;
+            }
+            Some('b') => {
+                self.push(Node::Assert(false), 0);
+                self.i += 2;
+            }
+            Some('Q') => {
+                let mut j = i + 2;
+                while j < s.len() && !(s[j] == '\\' && s.get(j + 1) == Some(&'E')) {
+                    j += 1;
+                }
+                for _ in i + 2..j {
+                    self.push(Node::Char, 1);
+                }
+                self.i = (j + 2).min(self.s.len());
+            }
+            _ => {
+                let (end, runes) = match class_escape(s, i, self.flavor) {
+                    Some(class) => class?,
+                    None => (escape(s, i)?.1, 1),
+                };
+                self.i = end;
+                self.push(Node::Char, runes);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `(?P<name>`, `(?<name>`, `(?flags)` or `(?flags:` from its `(`.
+struct PerlGroup {
+    /// Where it ends.
+    end: usize,
+    /// `Some(name)` if it opens a group (`None` inside for an unnamed one); `None` for
+    /// flags alone.
+    opens: Option<Option<String>>,
+    /// What it sets case folding to, if it names `i`.
+    fold: Option<bool>,
+}
+
+fn perl_group(s: &[char], i: usize) -> Result<PerlGroup, String> {
     let rest = &s[i..];
     let named = if rest.len() > 4 && rest[2] == 'P' && rest[3] == '<' {
         Some(4)
@@ -250,18 +467,33 @@ fn perl_group(s: &[char], i: usize) -> Result<Group, String> {
             (Some(e), Some(n))
                 if !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
             {
-                Ok((i + e + 1, Some(Some(n))))
+                Ok(PerlGroup {
+                    end: i + e + 1,
+                    opens: Some(Some(n)),
+                    fold: None,
+                })
             }
             _ => Err("an invalid group name (letters, digits and _ only)".into()),
         };
     }
-    let (mut j, mut negated, mut saw) = (i + 2, false, false);
+    let (mut j, mut negated, mut saw, mut fold) = (i + 2, false, false, None);
     while let Some(&c) = s.get(j) {
         j += 1;
         match c {
-            'i' | 'm' | 's' | 'U' => saw = true,
+            'i' | 'm' | 's' | 'U' => {
+                saw = true;
+                if c == 'i' {
+                    fold = Some(!negated);
+                }
+            }
             '-' if !negated => (negated, saw) = (true, false),
-            ':' | ')' if !negated || saw => return Ok((j, (c == ':').then_some(None))),
+            ':' | ')' if !negated || saw => {
+                return Ok(PerlGroup {
+                    end: j,
+                    opens: (c == ':').then_some(None),
+                    fold,
+                })
+            }
             _ => break,
         }
     }
@@ -300,12 +532,12 @@ fn braces(s: &[char], i: usize) -> Option<(i32, i32, usize)> {
     (s.get(j)? == &'}').then_some((min, max, j + 1))
 }
 
-/// `\d`, `\s`, `\w` (and capitals) or `\p{Name}` at `i`: where it ends, or `None` if the
-/// escape is another kind.
-fn class_escape(s: &[char], i: usize, flavor: Flavor) -> Option<Result<usize, String>> {
+/// `\d`, `\s`, `\w` (and capitals) or `\p{Name}` at `i`: where it ends and the most
+/// runes it adds, or `None` if the escape is another kind.
+fn class_escape(s: &[char], i: usize, flavor: Flavor) -> Option<Result<(usize, u64), String>> {
     match s.get(i + 1)? {
-        'd' | 'D' | 's' | 'S' | 'w' | 'W' => Some(Ok(i + 2)),
-        'p' | 'P' => Some(unicode_class(s, i, flavor)),
+        'd' | 'D' | 's' | 'S' | 'w' | 'W' => Some(Ok((i + 2, PERL_CLASS_RUNES))),
+        'p' | 'P' => Some(unicode_class(s, i, flavor).map(|end| (end, UNICODE_CLASS_RUNES))),
         _ => None,
     }
 }
@@ -402,17 +634,29 @@ const POSIX: [&str; 14] = [
     "space", "upper", "word", "xdigit",
 ];
 
-/// A bracketed class from its `[`: where it ends.
-fn class(s: &[char], mut i: usize, flavor: Flavor) -> Result<usize, String> {
+/// The most runes a range `lo-hi` puts in a class: with case folding on, Go adds every
+/// rune each of its runes folds to (at most three more), never more than the runes
+/// folding reaches, and the range itself in at most three pieces.
+fn range_runes(lo: u32, hi: u32, fold: bool) -> u64 {
+    if !fold {
+        return 2;
+    }
+    let folded = u64::from(hi - lo + 1).saturating_mul(3);
+    2 * (3 + FOLD_RUNES).min(1 + folded)
+}
+
+/// A bracketed class from its `[`: where it ends, and the most runes Go's class has
+/// (what its items add, merged or not, and two for a negation).
+fn class(s: &[char], mut i: usize, flavor: Flavor, fold: bool) -> Result<(usize, u64), String> {
     i += 1;
     if s.get(i) == Some(&'^') {
         i += 1;
     }
-    let (mut first, mut no_end) = (true, false);
+    let (mut first, mut no_end, mut runes) = (true, false, 2u64);
     loop {
         match s.get(i) {
             None => return Err("a [ that is never closed".into()),
-            Some(']') if !first => return Ok(i + 1),
+            Some(']') if !first => return Ok((i + 1, runes)),
             _ => first = false,
         }
         if s.get(i) == Some(&'[') && s.get(i + 1) == Some(&':') && i + 2 < s.len() && !no_end {
@@ -425,32 +669,40 @@ fn class(s: &[char], mut i: usize, flavor: Flavor) -> Result<usize, String> {
                     return Err(format!("an unknown class [:{name}:]"));
                 }
                 i = end + 2;
+                runes = runes.saturating_add(PERL_CLASS_RUNES);
                 continue;
             }
         }
         if s[i] == '\\' {
             if let Some(end) = class_escape(s, i, flavor) {
-                i = end?;
+                let (end, more) = end?;
+                (i, runes) = (end, runes.saturating_add(more));
                 continue;
             }
         }
-        let char_at = |i: usize| -> Result<(u32, usize), String> {
-            match s.get(i) {
-                None => Err("a [ that is never closed".into()),
-                Some('\\') => escape(s, i),
-                Some(&c) => Ok((c as u32, i + 1)),
-            }
-        };
-        let (lo, next) = char_at(i)?;
-        i = next;
-        if s.get(i) == Some(&'-') && s.get(i + 1).is_some_and(|&c| c != ']') {
-            let (hi, next) = char_at(i + 1)?;
-            if hi < lo {
-                return Err("a class range that runs backwards".into());
-            }
-            i = next;
-        }
+        let (lo, hi, next) = class_range(s, i)?;
+        (i, runes) = (next, runes.saturating_add(range_runes(lo, hi, fold)));
     }
+}
+
+/// One character or range of a class at `i`: its bounds and where it ends.
+fn class_range(s: &[char], i: usize) -> Result<(u32, u32, usize), String> {
+    let char_at = |i: usize| -> Result<(u32, usize), String> {
+        match s.get(i) {
+            None => Err("a [ that is never closed".into()),
+            Some('\\') => escape(s, i),
+            Some(&c) => Ok((c as u32, i + 1)),
+        }
+    };
+    let (lo, next) = char_at(i)?;
+    if s.get(next) == Some(&'-') && s.get(next + 1).is_some_and(|&c| c != ']') {
+        let (hi, end) = char_at(next + 1)?;
+        if hi < lo {
+            return Err("a class range that runs backwards".into());
+        }
+        return Ok((lo, hi, end));
+    }
+    Ok((lo, lo, next))
 }
 
 /// A label matcher's value matches the empty string: `Ok(true)` if so; an error if its
@@ -463,7 +715,8 @@ pub(super) fn matcher_matches_empty(op: &str, value: &[u8]) -> Result<bool, Stri
             return Ok(value.split(|&b| b == b'|').any(<[u8]>::is_empty));
         }
         let re = std::str::from_utf8(value).map_err(|_| "the regex is not UTF-8".to_string())?;
-        Ok(parse(re, Flavor::Grafana)?.matches_empty)
+        // As Prometheus compiles it (`NewFastRegexMatcher`).
+        Ok(parse(&format!("^(?s:{re})$"), Flavor::Grafana)?.matches_empty)
     };
     Ok(match op {
         "=" => value.is_empty(),
@@ -519,3 +772,6 @@ pub(super) fn check_pattern(p: &str) -> Result<(), String> {
 const UNICODE_CATEGORIES: &str = "C Cc Cf Cn Co Cs L LC Ll Lm Lo Lt Lu M Mc Me Mn N Nd Nl No P Pc Pd Pe Pf Pi Po Ps S Sc Sk Sm So Z Zl Zp Zs";
 const UNICODE_SCRIPTS: &str = "Adlam Ahom Anatolian_Hieroglyphs Arabic Armenian Avestan Balinese Bamum Bassa_Vah Batak Bengali Beria_Erfe Bhaiksuki Bopomofo Brahmi Braille Buginese Buhid Canadian_Aboriginal Carian Caucasian_Albanian Chakma Cham Cherokee Chorasmian Common Coptic Cuneiform Cypriot Cypro_Minoan Cyrillic Deseret Devanagari Dives_Akuru Dogra Duployan Egyptian_Hieroglyphs Elbasan Elymaic Ethiopic Garay Georgian Glagolitic Gothic Grantha Greek Gujarati Gunjala_Gondi Gurmukhi Gurung_Khema Han Hangul Hanifi_Rohingya Hanunoo Hatran Hebrew Hiragana Imperial_Aramaic Inherited Inscriptional_Pahlavi Inscriptional_Parthian Javanese Kaithi Kannada Katakana Kawi Kayah_Li Kharoshthi Khitan_Small_Script Khmer Khojki Khudawadi Kirat_Rai Lao Latin Lepcha Limbu Linear_A Linear_B Lisu Lycian Lydian Mahajani Makasar Malayalam Mandaic Manichaean Marchen Masaram_Gondi Medefaidrin Meetei_Mayek Mende_Kikakui Meroitic_Cursive Meroitic_Hieroglyphs Miao Modi Mongolian Mro Multani Myanmar Nabataean Nag_Mundari Nandinagari New_Tai_Lue Newa Nko Nushu Nyiakeng_Puachue_Hmong Ogham Ol_Chiki Ol_Onal Old_Hungarian Old_Italic Old_North_Arabian Old_Permic Old_Persian Old_Sogdian Old_South_Arabian Old_Turkic Old_Uyghur Oriya Osage Osmanya Pahawh_Hmong Palmyrene Pau_Cin_Hau Phags_Pa Phoenician Psalter_Pahlavi Rejang Runic Samaritan Saurashtra Sharada Shavian Siddham Sidetic SignWriting Sinhala Sogdian Sora_Sompeng Soyombo Sundanese Sunuwar Syloti_Nagri Syriac Tagalog Tagbanwa Tai_Le Tai_Tham Tai_Viet Tai_Yo Takri Tamil Tangsa Tangut Telugu Thaana Thai Tibetan Tifinagh Tirhuta Todhri Tolong_Siki Toto Tulu_Tigalari Ugaritic Vai Vithkuqi Wancho Warang_Citi Yezidi Yi Zanabazar_Square";
 const UNICODE_ALIASES: &str = "Cased_Letter Close_Punctuation Combining_Mark Connector_Punctuation Control Currency_Symbol Dash_Punctuation Decimal_Number Enclosing_Mark Final_Punctuation Format Initial_Punctuation Letter Letter_Number Line_Separator Lowercase_Letter Mark Math_Symbol Modifier_Letter Modifier_Symbol Nonspacing_Mark Number Open_Punctuation Other Other_Letter Other_Number Other_Punctuation Other_Symbol Paragraph_Separator Private_Use Punctuation Separator Space_Separator Spacing_Mark Surrogate Symbol Titlecase_Letter Unassigned Uppercase_Letter cntrl digit punct";
+
+#[cfg(test)]
+mod tests;
