@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodTemplateSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -21,8 +21,8 @@ use loki_zone_operator::model::names;
 use serde_json::json;
 
 use super::{
-    create_stack, namespace, operator_metrics, stack_json, wait_condition, workloads, Env, WAIT,
-    ZONE,
+    create_stack, eventually, namespace, operator_metrics, stack_json, wait_condition, workloads,
+    Env, WAIT, ZONE,
 };
 
 const NS: &str = "e2e-zone-switch";
@@ -340,19 +340,25 @@ async fn turn_off(env: &Env) -> Result<()> {
         names::CONFIG_READ_FILE
     );
     wait_condition(env, NS, STACK, "Ready", Some("ReadyComponents")).await?;
-    let events = stage_events(env).await?;
-    for reason in [
+    // The operator publishes a stage's Event after the status that shows it: a moment
+    // after Ready, not with it.
+    const STAGES: [&str; 5] = [
         "ZonesEnabling",
         "ZonesWritePathReady",
         "ZonesEnabled",
         "ZonesDisabling",
         "ZonesDisabled",
-    ] {
-        ensure!(
-            events.iter().any(|e| e == reason),
-            "no {reason} Event: {events:?}"
-        );
-    }
+    ];
+    let waited = eventually("every stage's Event", Duration::from_secs(30), || async {
+        let events = stage_events(env).await?;
+        let all = STAGES.iter().all(|r| events.iter().any(|e| e == r));
+        Ok(all.then_some(events))
+    })
+    .await;
+    let Ok(events) = waited else {
+        let events = stage_events(env).await?;
+        bail!("not every stage's Event ({STAGES:?}) within 30 s of Ready: {events:?}");
+    };
     println!(
         "    zones off: Disabling seen over {} observations; Events {events:?}",
         seen.len()
