@@ -16,6 +16,7 @@ use crate::intent::{About, PlannedEvent};
 use crate::model::api::{LokiStack, LokiStackStatus};
 use crate::model::conditions::{EventReason, Reason};
 use crate::model::names;
+use crate::model::text::truncate;
 use crate::status::report::Report;
 
 /// Events are capped by the API server; a longer note is cut at a character boundary.
@@ -97,17 +98,6 @@ impl Notifier {
 
 /// The action of an Event that names none.
 const DEFAULT_ACTION: &str = "Reconcile";
-
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
 
 /// Publishes what one reconcile came to ([`Report`]): the Events of what it did,
 /// the status when it differs from the stack's, then the Events of what the written
@@ -224,16 +214,5 @@ pub async fn undecodable(
             Ok(())
         }
         Err(e) => Err(e),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn truncation_keeps_whole_characters() {
-        assert_eq!(truncate("abc".into(), 5), "abc");
-        assert_eq!(truncate("ééé".into(), 3), "é");
     }
 }

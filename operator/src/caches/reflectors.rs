@@ -33,7 +33,7 @@ use crate::caches::index::{self, Index, KeyOf, StackKey};
 use crate::caches::keep::{
     node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
 };
-use crate::caches::rule_bodies::Bodies;
+use crate::caches::rule_bodies::{Bodies, Judge};
 use crate::caches::rules::{self as rule_caches, RuleCaches, RuleKind};
 pub use crate::caches::scope::synced;
 use crate::caches::scope::{self, Scope};
@@ -276,6 +276,8 @@ pub struct Sources<'a> {
     pub scope: &'a Scope,
     /// The ruler's kinds the server serves (`rules::served`).
     pub rule_kinds: &'a [RuleKind],
+    /// Judges each rule body as it is read (`rule_bodies::Judge`).
+    pub judge: Judge,
 }
 
 /// Starts every cache, once per process; their changes go to `taps`, to whichever term
@@ -285,7 +287,7 @@ pub fn start(src: Sources<'_>, taps: &Taps) -> (Caches, Vec<JoinHandle<()>>) {
     let (client, scope) = (src.client, src.scope);
     // Woken by a stack's `spec.rules` changing: what the stacks pick, whose bodies it
     // holds (`rule_bodies.rs`).
-    let rule_bodies = Bodies::default();
+    let rule_bodies = Bodies::judged_by(src.judge.clone());
     let (stacks, stack_task) = watch_stacks(client, scope, rule_bodies.clone(), taps);
     let (nodes, _, node_task) = watch_nodes(client, stacks.clone(), taps);
     let (storage_classes, _, class_task) = watch_storage_classes(client, stacks.clone(), taps);

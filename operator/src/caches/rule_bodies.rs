@@ -30,6 +30,7 @@ use crate::caches::scope::synced;
 use crate::caches::stacks::stack_ref;
 use crate::caches::taps::Taps;
 use crate::model::api::{ManagementState, RulesSpec};
+use crate::model::text::shorten;
 use crate::ruler::check::selects;
 
 /// The metadata caches of the served rule kinds.
@@ -133,11 +134,27 @@ pub fn picked_by(
     out
 }
 
+/// Decides, from a body just read, whether no stack can load it, and why (one reason a
+/// line). Given by the planning layer (`plan::rules::check`): the caches decide nothing,
+/// they only keep less of what was refused.
+pub type Judge = Arc<dyn Fn(RuleKind, &DynamicObject) -> Result<(), Vec<String>> + Send + Sync>;
+
+/// Of a refused body's reasons, the first few, each cut short: a refused object costs
+/// about what its metadata does, however large it is.
+const MAX_REASONS: usize = 8;
+const MAX_REASON_BYTES: usize = 1000;
+/// A refused body's stored conditions (what the status pass compares with) are kept up to
+/// this size; larger, they are dropped and the pass writes its condition afresh.
+const MAX_CONDITIONS_BYTES: usize = 16 * 1024;
+
 /// One body held.
 #[derive(Clone, Debug)]
 pub struct Held {
-    /// As the server returned it, less what is never read (`rule_kinds::strip`).
+    /// As the server returned it, less what is never read (`rule_kinds::strip`); of a
+    /// refused one, its identity and stored conditions only ([`refused_stub`]).
     pub body: Arc<DynamicObject>,
+    /// Why no stack can load it, if the judge refused it.
+    pub refused: Option<Arc<Vec<String>>>,
     /// The metadata's resourceVersion it was read for (the body's own may be newer).
     asked: String,
     /// The stacks that picked it when last looked at: re-run when it changes or goes.
@@ -145,6 +162,13 @@ pub struct Held {
 }
 
 impl Held {
+    fn loaded(&self) -> Loaded {
+        Loaded {
+            body: self.body.clone(),
+            refused: self.refused.clone(),
+        }
+    }
+
     fn uid(&self) -> Option<&str> {
         self.body.metadata.uid.as_deref()
     }
@@ -161,11 +185,58 @@ impl Held {
     }
 }
 
+/// A body as the caches hold it: the object, and why it was refused if it was (then the
+/// object is its stub).
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub body: Arc<DynamicObject>,
+    pub refused: Option<Arc<Vec<String>>>,
+}
+
+/// What is kept of a refused body: its name, uid, versions and stored conditions, and its
+/// reasons cut to [`MAX_REASONS`] of [`MAX_REASON_BYTES`].
+fn refused_stub(body: DynamicObject, reasons: Vec<String>) -> (DynamicObject, Vec<String>) {
+    let m = body.metadata;
+    let meta = ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        generation: m.generation,
+        ..ObjectMeta::default()
+    };
+    let conditions = body
+        .data
+        .pointer("/status/conditions")
+        .filter(|c| serde_json::to_vec(c).map_or(0, |v| v.len()) <= MAX_CONDITIONS_BYTES)
+        .cloned();
+    let mut stub = DynamicObject {
+        types: body.types,
+        metadata: meta,
+        data: serde_json::Value::Null,
+    };
+    if let Some(c) = conditions {
+        stub.data = serde_json::json!({"status": {"conditions": c}});
+    }
+    let more = reasons.len().saturating_sub(MAX_REASONS);
+    let mut kept: Vec<String> = reasons
+        .into_iter()
+        .take(MAX_REASONS)
+        .map(|r| shorten(r, MAX_REASON_BYTES))
+        .collect();
+    if more > 0 {
+        kept.push(format!("and {more} more"));
+    }
+    (stub, kept)
+}
+
 /// The bodies held, shared by the task that reads them, the reconciles and the rules'
 /// status pass.
 #[derive(Clone)]
 pub struct Bodies {
     held: Arc<RwLock<HashMap<BodyKey, Held>>>,
+    /// Refuses bodies on arrival; none: every body is held whole.
+    judge: Option<Judge>,
     /// Counts the changes of `held`, for a reconcile waiting for a body.
     changes: watch::Sender<u64>,
     /// Set once the first round has read every body picked then (or tried to).
@@ -178,6 +249,7 @@ impl Default for Bodies {
     fn default() -> Self {
         Bodies {
             held: Arc::default(),
+            judge: None,
             changes: watch::Sender::new(0),
             ready: watch::Sender::new(false),
             wake: Arc::default(),
@@ -186,6 +258,32 @@ impl Default for Bodies {
 }
 
 impl Bodies {
+    /// Bodies that `judge` looks at as they arrive: of a refused one only a stub is kept.
+    pub fn judged_by(judge: Judge) -> Bodies {
+        Bodies {
+            judge: Some(judge),
+            ..Bodies::default()
+        }
+    }
+
+    /// What is held of `body`, just read.
+    fn to_hold(&self, kind: RuleKind, body: DynamicObject) -> Loaded {
+        let verdict = self.judge.as_ref().map(|judge| judge(kind, &body));
+        match verdict {
+            Some(Err(reasons)) => {
+                let (stub, reasons) = refused_stub(body, reasons);
+                Loaded {
+                    body: Arc::new(stub),
+                    refused: Some(Arc::new(reasons)),
+                }
+            }
+            _ => Loaded {
+                body: Arc::new(body),
+                refused: None,
+            },
+        }
+    }
+
     fn read(&self) -> RwLockReadGuard<'_, HashMap<BodyKey, Held>> {
         self.held.read().unwrap_or_else(PoisonError::into_inner)
     }
@@ -201,17 +299,17 @@ impl Bodies {
 
     /// The body held for the object `meta` describes (the same uid), of its current
     /// version or an older one: what a stack loaded last.
-    pub fn body(&self, kind: RuleKind, meta: &ObjectMeta) -> Option<Arc<DynamicObject>> {
+    pub fn body(&self, kind: RuleKind, meta: &ObjectMeta) -> Option<Loaded> {
         let held = self.read();
         let h = held.get(&BodyKey::of(kind, meta))?;
-        (h.uid() == meta.uid.as_deref()).then(|| h.body.clone())
+        (h.uid() == meta.uid.as_deref()).then(|| h.loaded())
     }
 
     /// The body held for the object `meta` describes, if it is of its current version.
-    pub fn current(&self, kind: RuleKind, meta: &ObjectMeta) -> Option<Arc<DynamicObject>> {
+    pub fn current(&self, kind: RuleKind, meta: &ObjectMeta) -> Option<Loaded> {
         let held = self.read();
         let h = held.get(&BodyKey::of(kind, meta))?;
-        h.is_current_for(meta).then(|| h.body.clone())
+        h.is_current_for(meta).then(|| h.loaded())
     }
 
     /// How many bodies are held.
@@ -410,8 +508,10 @@ pub async fn round(
         let Some(want) = wanted.get(&key) else {
             continue;
         };
+        let loaded = bodies.to_hold(key.kind, body);
         let new = Held {
-            body: Arc::new(body),
+            body: loaded.body,
+            refused: loaded.refused,
             asked: want.version.clone().unwrap_or_default(),
             picked_by: want.picked_by.clone(),
         };
@@ -507,6 +607,7 @@ mod tests {
         body.metadata.generation = Some(generation);
         Held {
             body: Arc::new(body),
+            refused: None,
             asked: rv.into(),
             picked_by: picked_by
                 .iter()
@@ -699,6 +800,60 @@ mod tests {
             .collect()
     }
 
+    /// A body the judge refuses costs its identity, its stored conditions and a few short
+    /// reasons, however large it is; one it accepts is held whole.
+    #[tokio::test]
+    async fn a_refused_body_is_kept_as_its_reasons_and_identity_only() {
+        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let (mut metas, mut rules) = RuleFeeds::new();
+        rules.bodies = Bodies::judged_by(Arc::new(|_, body: &DynamicObject| {
+            let expr = body.data.pointer("/spec/groups/0/rules/0/expr");
+            match expr.and_then(Value::as_str).unwrap_or_default() {
+                e if e.starts_with("bad") => Err((0..20)
+                    .map(|i| format!("reason {i}: {}", "é".repeat(5000)))
+                    .collect()),
+                _ => Ok(()),
+            }
+        }));
+        let stacks = ready_stacks(&[stack("ns", "s", json!({"enabled": true, "selector": {}}))]);
+        let taps = Taps::default();
+        let mut bad = rule(
+            "ns",
+            "bad",
+            json!({}),
+            &format!("bad{}", "x".repeat(500_000)),
+        );
+        let conditions = json!([{"type": "Ready", "status": "False", "reason": "InvalidRule"}]);
+        bad["status"] = json!({ "conditions": conditions });
+        fake.put(bad);
+        fake.put(rule("ns", "good", json!({}), "1"));
+        for name in ["bad", "good"] {
+            metas.sync(&fake, RuleKind::AlertingRule, "ns", name);
+        }
+        assert!(rules.read_bodies(&fake.client, &stacks, &taps).await);
+        let meta = |name: &str| {
+            let store = rules.store(RuleKind::AlertingRule).expect("store");
+            let found = store.state().into_iter().find(|m| m.name_any() == name);
+            found.expect("cached").metadata.clone()
+        };
+        let bad = meta("bad");
+        let held = rules.bodies.current(RuleKind::AlertingRule, &bad);
+        let held = held.expect("the refused body is held, as its stub");
+        let reasons = held.refused.expect("refused");
+        assert_eq!(reasons.len(), MAX_REASONS + 1);
+        assert_eq!(reasons[MAX_REASONS], "and 12 more");
+        assert!(reasons.iter().all(|r| r.len() <= MAX_REASON_BYTES));
+        let stub = serde_json::to_vec(&*held.body).expect("json");
+        assert!(stub.len() < 1000, "{}", String::from_utf8_lossy(&stub));
+        assert_eq!(held.body.data["status"]["conditions"], conditions);
+        assert_eq!(held.body.metadata.uid, bad.uid);
+        assert_eq!(held.body.metadata.generation, bad.generation);
+        let good = rules.bodies.current(RuleKind::AlertingRule, &meta("good"));
+        let good = good.expect("held");
+        assert!(good.refused.is_none());
+        assert_eq!(good.body.data["spec"]["groups"][0]["rules"][0]["expr"], "1");
+    }
+
     #[tokio::test]
     async fn only_picked_bodies_are_read_and_held() {
         let fake = FakeCluster::new(ServerCapabilities::MODERN);
@@ -739,7 +894,7 @@ mod tests {
             .bodies
             .current(RuleKind::AlertingRule, &picked.metadata)
             .expect("held");
-        assert_eq!(body.data["spec"]["groups"][0]["rules"][0]["expr"], "1");
+        assert_eq!(body.body.data["spec"]["groups"][0]["rules"][0]["expr"], "1");
         assert_eq!(
             to_stacks.try_recv().ok(),
             Some(stack_ref("ns", "s")),
@@ -773,7 +928,7 @@ mod tests {
             .bodies
             .current(RuleKind::AlertingRule, &picked.metadata)
             .expect("read again");
-        assert_eq!(body.data["spec"]["groups"][0]["rules"][0]["expr"], "2");
+        assert_eq!(body.body.data["spec"]["groups"][0]["rules"][0]["expr"], "2");
         assert_eq!(to_stacks.try_recv().ok(), Some(stack_ref("ns", "s")));
 
         // Unselected (its label removed): let go, and its stack re-runs.

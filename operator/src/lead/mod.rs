@@ -208,6 +208,7 @@ async fn start_process(
         capabilities: &capabilities,
         scope: &cfg.scope,
         rule_kinds: &rule_kinds,
+        judge: crate::plan::rules::judge(),
     };
     let (caches, mut tasks) = reflectors::start(sources, &taps);
     tasks.push(tokio::spawn(ready_when_synced(

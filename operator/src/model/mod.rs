@@ -11,4 +11,5 @@ pub mod image;
 pub mod names;
 pub mod pods;
 pub mod storage;
+pub mod text;
 pub mod writers;

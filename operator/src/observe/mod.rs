@@ -20,6 +20,7 @@ use kube::ResourceExt;
 
 use crate::caches::coverage::WebhookCoverage;
 use crate::caches::reflectors::Caches;
+use crate::caches::rule_bodies::Loaded;
 use crate::caches::rules::{decode as decode_rule, RuleKind};
 use crate::caches::stacks::DecodeError;
 use crate::checks::podzone::node_name;
@@ -50,7 +51,16 @@ pub struct PickedRule {
     pub namespace: String,
     pub name: String,
     pub uid: String,
-    pub spec: Result<PickedSpec, DecodeError>,
+    pub spec: Result<PickedSpec, Unloadable>,
+}
+
+/// Why a picked rule's spec is not there to load.
+#[derive(Clone, Debug)]
+pub enum Unloadable {
+    /// The stored object does not decode.
+    Decode(DecodeError),
+    /// Refused when its body was read (`rule_bodies::Judge`): only these reasons are kept.
+    Refused(Arc<Vec<String>>),
 }
 
 #[derive(Clone, Debug)]
@@ -72,6 +82,21 @@ impl PickedRule {
                     decode_rule::<AlertingRule>(obj).map(|r| PickedSpec::Alerting(r.spec))
                 }
                 _ => decode_rule::<RecordingRule>(obj).map(|r| PickedSpec::Recording(r.spec)),
+            }
+            .map_err(Unloadable::Decode),
+        }
+    }
+
+    /// A rule as the bodies' cache holds it: decoded, or refused on arrival.
+    pub fn from_loaded(kind: RuleKind, loaded: &Loaded) -> PickedRule {
+        match &loaded.refused {
+            None => PickedRule::from_object(kind, &loaded.body),
+            Some(reasons) => PickedRule {
+                kind,
+                namespace: loaded.body.namespace().unwrap_or_default(),
+                name: loaded.body.name_any(),
+                uid: loaded.body.metadata.uid.clone().unwrap_or_default(),
+                spec: Err(Unloadable::Refused(reasons.clone())),
             },
         }
     }
@@ -427,7 +452,7 @@ fn rules_now(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str) -> 
                 continue;
             }
             match rc.bodies.body(kind, &meta.metadata) {
-                Some(body) => picked.push(PickedRule::from_object(kind, &body)),
+                Some(loaded) => picked.push(PickedRule::from_loaded(kind, &loaded)),
                 None => pend(kind, &meta.metadata),
             }
         }
@@ -436,7 +461,7 @@ fn rules_now(caches: &Caches, spec: &RulesSpec, namespace: &str, name: &str) -> 
     let ruler_config = match rc.meta(RuleKind::RulerConfig, namespace, name) {
         None => None,
         Some(meta) => match rc.bodies.body(RuleKind::RulerConfig, &meta.metadata) {
-            Some(body) => Some(decode_rule::<RulerConfig>(&body).map(|c| c.spec)),
+            Some(loaded) => Some(decode_rule::<RulerConfig>(&loaded.body).map(|c| c.spec)),
             None => {
                 pend(RuleKind::RulerConfig, &meta.metadata);
                 None

@@ -7,12 +7,15 @@
 //! instead: rendered without them, the ruler would stop sending alerts or series it
 //! sends now.
 
+use std::sync::Arc;
+
+use crate::caches::rule_bodies::Judge;
 use crate::caches::rules::RuleKind;
 use crate::intent::RuleFindings;
 use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::conditions::Reason;
 use crate::model::defaults::{RuleFile, RulerInput};
-use crate::observe::{PickedRule, PickedSpec, Snapshot};
+use crate::observe::{PickedRule, PickedSpec, Snapshot, Unloadable};
 use crate::render::rules;
 use crate::ruler::api::RulerConfigSpec;
 use crate::ruler::check::{
@@ -23,10 +26,10 @@ use crate::ruler::settings;
 
 /// The file and the errors of one picked rule.
 pub fn check(rule: &PickedRule) -> Result<RuleFile, Vec<String>> {
-    let spec = rule
-        .spec
-        .as_ref()
-        .map_err(|e| vec![format!("the stored object cannot be read: {e}")])?;
+    let spec = rule.spec.as_ref().map_err(|e| match e {
+        Unloadable::Decode(e) => vec![format!("the stored object cannot be read: {e}")],
+        Unloadable::Refused(reasons) => reasons.to_vec(),
+    })?;
     let (errors, tenant, groups) = match spec {
         PickedSpec::Alerting(s) => (
             check_alerting_rule(s),
@@ -61,6 +64,16 @@ pub fn check(rule: &PickedRule) -> Result<RuleFile, Vec<String>> {
         )]);
     }
     Ok(file)
+}
+
+/// How the bodies' cache judges an AlertingRule or RecordingRule as it arrives
+/// (`rule_bodies::Judge`): by [`check`], so what it refuses is what every plan would, and
+/// it keeps only the reasons of those. A RulerConfig (one per stack) is kept whole.
+pub fn judge() -> Judge {
+    Arc::new(|kind, body| match kind {
+        RuleKind::RulerConfig => Ok(()),
+        _ => check(&PickedRule::from_object(kind, body)).map(|_| ()),
+    })
 }
 
 pub fn plan(stack: &LokiStack, snapshot: &Snapshot) -> (RulerInput, RuleFindings) {
@@ -228,6 +241,37 @@ mod tests {
                 serde_json::from_value(spec).expect("spec"),
             )),
         }
+    }
+
+    fn object(expr: &str) -> kube::api::DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "loki.grafana.com/v1", "kind": "AlertingRule",
+            "metadata": {"name": "r", "namespace": "ns", "uid": "u"},
+            "spec": {"tenantID": "t", "groups": [{"name": "g", "rules": [{"alert": "A", "expr": expr}]}]},
+        }))
+        .expect("object")
+    }
+
+    /// The cache's judge refuses exactly what `check` refuses, with its reasons, and a
+    /// rule held as those reasons is refused by the plan with the same ones.
+    #[test]
+    fn the_judge_is_check_and_a_refused_rule_keeps_its_reasons() {
+        let kind = RuleKind::AlertingRule;
+        let good = object(r#"sum(rate({a="b"}[5m])) > 1"#);
+        assert_eq!(judge()(kind, &good), Ok(()));
+        let bad = object(r#"sum(nope({a="b"}[5m])) > 1"#);
+        let reasons = judge()(kind, &bad).expect_err("refused");
+        assert_eq!(
+            check(&PickedRule::from_object(kind, &bad)).expect_err("refused"),
+            reasons
+        );
+        let held = crate::caches::rule_bodies::Loaded {
+            body: std::sync::Arc::new(object("")),
+            refused: Some(std::sync::Arc::new(reasons.clone())),
+        };
+        let rule = PickedRule::from_loaded(kind, &held);
+        assert_eq!((rule.name.as_str(), rule.uid.as_str()), ("r", "u"));
+        assert_eq!(check(&rule).expect_err("refused"), reasons);
     }
 
     fn ruled_stack(selector: bool) -> LokiStack {

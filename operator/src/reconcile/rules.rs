@@ -93,10 +93,9 @@ fn rule_verdict(
     kind: RuleKind,
     stacks: &[Picker],
     by: &[(String, String)],
-    body: &DynamicObject,
+    rule: &PickedRule,
 ) -> Verdict {
-    let rule = PickedRule::from_object(kind, body);
-    let errors = match check(&rule) {
+    let errors = match check(rule) {
         Err(errors) => errors,
         Ok(file) => stacks
             .iter()
@@ -157,14 +156,14 @@ async fn judge(
     });
     if !by.is_empty() {
         // Not held yet (or of an older version): its arrival runs a pass.
-        let Some(body) = caches.rules.bodies.current(kind, &meta.metadata) else {
+        let Some(loaded) = caches.rules.bodies.current(kind, &meta.metadata) else {
             return Ok(None);
         };
         let verdict = match kind {
-            RuleKind::RulerConfig => config_verdict(named(by), &body),
-            _ => rule_verdict(kind, stacks, &by, &body),
+            RuleKind::RulerConfig => config_verdict(named(by), &loaded.body),
+            _ => rule_verdict(kind, stacks, &by, &PickedRule::from_loaded(kind, &loaded)),
         };
-        return Ok(Some((verdict, body)));
+        return Ok(Some((verdict, loaded.body)));
     }
     let key = BodyKey::of(kind, &meta.metadata);
     if !marked(&meta.metadata) || settled.get(&key) == meta.metadata.resource_version.as_ref() {
@@ -265,7 +264,8 @@ mod tests {
             ("ns".to_string(), "s".to_string()),
             ("other".to_string(), "s".to_string()),
         ];
-        let v = rule_verdict(RuleKind::AlertingRule, &stacks, &by, &body);
+        let rule = PickedRule::from_object(RuleKind::AlertingRule, &body);
+        let v = rule_verdict(RuleKind::AlertingRule, &stacks, &by, &rule);
         assert_eq!(v.picked_by, ["ns/s", "other/s"]);
         assert_eq!(v.errors.len(), 1, "{:?}", v.errors);
         assert!(
@@ -275,7 +275,7 @@ mod tests {
             "{:?}",
             v.errors
         );
-        let v = rule_verdict(RuleKind::AlertingRule, &stacks[1..], &by[1..], &body);
+        let v = rule_verdict(RuleKind::AlertingRule, &stacks[1..], &by[1..], &rule);
         assert!(v.errors.is_empty(), "{:?}", v.errors);
     }
 
