@@ -487,16 +487,19 @@ pub async fn round(
         bodies.changed();
     }
     let mut ok = true;
+    // Each body is judged as soon as it arrives, inside its read: of a refused one only
+    // its stub outlives the read, however many reads complete together.
     let reads = futures::stream::iter(plan.read)
         .map(|key| async move {
             let got = read_body(client, &key).await;
+            let got = got.map(|body| body.map(|b| bodies.to_hold(key.kind, b)));
             (key, got)
         })
         .buffer_unordered(READS);
     futures::pin_mut!(reads);
     while let Some((key, got)) = reads.next().await {
-        let body = match got {
-            Ok(Some(body)) => body,
+        let loaded = match got {
+            Ok(Some(loaded)) => loaded,
             // Deleted meanwhile: its deletion comes next.
             Ok(None) => continue,
             Err(e) => {
@@ -508,7 +511,6 @@ pub async fn round(
         let Some(want) = wanted.get(&key) else {
             continue;
         };
-        let loaded = bodies.to_hold(key.kind, body);
         let new = Held {
             body: loaded.body,
             refused: loaded.refused,

@@ -23,6 +23,7 @@ use crate::model::defaults::{self, Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::names;
 use crate::model::pods::{component_of, condition, is_zone_aware};
+use crate::model::text::shorten;
 use crate::observe::Snapshot;
 
 pub mod report;
@@ -507,14 +508,31 @@ fn evictions_off(intent: &Intent) -> Option<(Reason, String)> {
     })
 }
 
+/// Of the rules a stack picks but does not load, how many its Warning names, and how
+/// long each one's note may be there.
+const MAX_RULES_NAMED: usize = 10;
+const MAX_RULE_NOTE: usize = 600;
+
 /// Rules the stack picks that are not loaded, and what keeps rules from being picked.
 fn rules_warning(intent: &Intent) -> Option<(Reason, String)> {
     let r = &intent.findings.rules;
     let mut parts = Vec::new();
     if !r.not_loaded.is_empty() {
+        // However many rules a namespace's editors leave wrong, the message stays far
+        // below what a condition may hold (32 KiB): each rule's own condition has the rest.
+        let named: Vec<String> = r
+            .not_loaded
+            .iter()
+            .take(MAX_RULES_NAMED)
+            .map(|n| shorten(n.clone(), MAX_RULE_NOTE))
+            .collect();
+        let more = match r.not_loaded.len().saturating_sub(MAX_RULES_NAMED) {
+            0 => String::new(),
+            n => format!(", and {n} more"),
+        };
         parts.push(format!(
-            "these rules are picked by spec.rules but not loaded, each for the reason given (its Ready condition says the same); fix them and they load without a restart: {}",
-            r.not_loaded.join(", ")
+            "these rules are picked by spec.rules but not loaded, each for the reason given (its Ready condition says the same); fix them and they load without a restart: {}{more}",
+            named.join(", ")
         ));
     }
     parts.extend(r.notes.iter().cloned());
@@ -876,6 +894,23 @@ mod tests {
                 ..Default::default()
             },
         )
+    }
+
+    /// However many picked rules are wrong and however long their reasons, the stack's
+    /// Warning names ten, cut short, and counts the rest.
+    #[test]
+    fn a_flood_of_wrong_rules_keeps_the_warning_short() {
+        let s = stack("s", stack_spec(LokiStackSize::Demo));
+        let mut i = plan_with(&s, None);
+        i.findings.rules.not_loaded = (0..500)
+            .map(|n| format!("AlertingRule ns/r{n} ({})", "x".repeat(20_000)))
+            .collect();
+        let (reason, message) = rules_warning(&i).expect("a warning");
+        assert_eq!(reason, Reason::RulesNotLoaded);
+        assert!(message.len() < 8 * 1024, "{} bytes", message.len());
+        assert!(message.contains("AlertingRule ns/r9 ("), "{message}");
+        assert!(!message.contains("ns/r10 "), "{message}");
+        assert!(message.ends_with(", and 490 more"), "{message}");
     }
 
     fn snapshot_with(pods: Vec<Pod>) -> Snapshot {

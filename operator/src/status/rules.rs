@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::model::conditions::{status_str, ConditionType, Reason};
+use crate::model::text::shorten;
 
 /// What the operator found for one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +39,9 @@ fn ready(
         last_transition_time: Time(now),
     }
 }
+
+/// How much of an object's errors its condition quotes (a condition holds 32 KiB).
+const MAX_ERRORS_NOTE: usize = 8 * 1024;
 
 /// The `Ready` condition an object should have; `None` for one no stack picks that
 /// this operator never marked.
@@ -71,7 +75,7 @@ fn desired(
             Reason::InvalidRule,
             format!(
                 "not loaded: {}. Fix it; {stacks} will load it then",
-                v.errors.join("; ")
+                shorten(v.errors.join("; "), MAX_ERRORS_NOTE)
             ),
         )
     } else if v.kind == crate::ruler::names::KIND_RULER_CONFIG {
