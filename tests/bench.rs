@@ -684,6 +684,7 @@ async fn run() -> Result<Vec<Row>> {
     if rules_only {
         op.stop();
         rules_memory(&admin, &op_kubeconfig, &cp, &resync, &mut rows).await?;
+        refused_rules_memory(&admin, &op_kubeconfig, &cp, &resync, &mut rows).await?;
         return Ok(rows);
     }
 
@@ -809,6 +810,7 @@ async fn run() -> Result<Vec<Row>> {
     );
     op.stop();
     rules_memory(&admin, &op_kubeconfig, &cp, &resync, &mut rows).await?;
+    refused_rules_memory(&admin, &op_kubeconfig, &cp, &resync, &mut rows).await?;
     if !memory_only {
         // 6. Scale, on a control plane of its own: this one stops first.
         drop((_sim, cp));
@@ -1322,9 +1324,105 @@ fn alerting_rule(
 
 /// How many alerts make an AlertingRule of [`RULE_BYTES`].
 fn alerts_for_rule_bytes() -> Result<usize> {
+    alerts_for(RULE_BYTES)
+}
+
+/// How many alerts make an AlertingRule of `bytes` (JSON).
+fn alerts_for(bytes: usize) -> Result<usize> {
     let one = serde_json::to_vec(&alerting_rule("r", json!({}), 1, 1)?)?.len();
     let two = serde_json::to_vec(&alerting_rule("r", json!({}), 2, 1)?)?.len();
-    Ok((RULE_BYTES - one) / (two - one) + 1)
+    Ok((bytes - one) / (two - one) + 1)
+}
+
+/// AlertingRules of section 2c, each picked by the stack and refused.
+const REFUSED_RULES: usize = 100;
+/// The size of each (JSON): near the 1.5 MiB etcd stores at most, and more than one
+/// rules ConfigMap holds, so each is refused.
+const REFUSED_RULE_BYTES: usize = 1_300_000;
+
+/// How many of the refused rules have their `InvalidRule` condition.
+async fn refused_marked(rules: &Api<DynamicObject>) -> Result<usize> {
+    let listed = rules
+        .list(&ListParams::default().labels("flood=refused"))
+        .await?;
+    Ok(listed
+        .items
+        .iter()
+        .filter(|r| {
+            r.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["reason"] == "InvalidRule")
+        })
+        .count())
+}
+
+/// Section 2c: a fresh operator, then [`REFUSED_RULES`] AlertingRules of
+/// [`REFUSED_RULE_BYTES`] that the stack of section 2b picks and must refuse (what one
+/// namespace editor can create in the stack's namespace): the bodies' cache keeps only
+/// their reasons, so the operator's memory stays about where it was.
+async fn refused_rules_memory(
+    admin: &Client,
+    op_kubeconfig: &std::path::Path,
+    cp: &ControlPlane,
+    resync: &str,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let mb = REFUSED_RULE_BYTES as f64 / 1e6;
+    println!("2c. memory: {REFUSED_RULES} picked AlertingRules of {mb:.1} MB, each refused");
+    let mut op = Operator::start(op_kubeconfig, &cp.dir, &["--resync", resync])?;
+    op.wait_ready(Duration::from_secs(120)).await?;
+    let picked: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), "bench-rules", &rule_resource());
+    wait_marker(&picked, 2).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pid = op.pid().context("operator pid")?;
+    let base = rss_kib(pid)?;
+    let alerts = alerts_for(REFUSED_RULE_BYTES)?;
+    let created = Instant::now();
+    let results = stream::iter(0..REFUSED_RULES)
+        .map(|i| {
+            let api = picked.clone();
+            async move {
+                let labels = json!({"bench": "picked", "flood": "refused"});
+                let r = alerting_rule(&format!("refused-{i}"), labels, alerts, i)?;
+                api.create(&PostParams::default(), &r).await?;
+                Ok::<(), anyhow::Error>(())
+            }
+        })
+        .buffer_unordered(4)
+        .collect::<Vec<_>>()
+        .await;
+    results.into_iter().collect::<Result<Vec<_>>>()?;
+    println!("  created them in {:.0?}", created.elapsed());
+    eventually(
+        "every refused rule's InvalidRule condition",
+        Duration::from_secs(600),
+        || async { Ok((refused_marked(&picked).await? == REFUSED_RULES).then_some(())) },
+    )
+    .await?;
+    println!(
+        "  all refused and marked {:.0?} after the first was created",
+        created.elapsed()
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let (after, peak) = (rss_kib(pid)?, peak_rss_kib(pid)?);
+    let growth = after.saturating_sub(base);
+    row(
+        rows,
+        &format!("RSS after +{REFUSED_RULES} picked, refused AlertingRules of {mb:.1} MB"),
+        format!(
+            "{:.1} MiB (+{:.1} MiB; peak {:.1} MiB)",
+            after as f64 / 1024.0,
+            growth as f64 / 1024.0,
+            peak as f64 / 1024.0
+        ),
+        "≤ 16 MiB growth, peak ≤ 128 MiB",
+        Some(growth <= 16 * 1024 && peak <= 128 * 1024),
+    );
+    op.stop();
+    Ok(())
 }
 
 /// Waits until the marker rule's `Ready` condition is `Selected` for its `generation`.
