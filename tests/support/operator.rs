@@ -57,7 +57,8 @@ fn newest_file(dir: &Path) -> Result<Option<(std::time::SystemTime, PathBuf)>> {
         let path = entry.path();
         // Test-only sources never change the binary, so cargo does not relink it for them.
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with("_tests.rs") || name == "testdata" || name == "snapshots" {
+        let test_only = name.ends_with("_tests.rs") || name == "tests.rs";
+        if test_only || name == "testdata" || name == "snapshots" || name.ends_with(".jsonl") {
             continue;
         }
         let candidate = if path.is_dir() {
