@@ -463,16 +463,36 @@ pub async fn round(
     let wanted = wanted(stores, namespaces, &pickers);
     let plan = plan_round(&bodies.read(), &wanted);
     let mut rerun: BTreeSet<StackId> = BTreeSet::new();
+    let let_go = let_go_and_repick(bodies, plan.drop, plan.repick, &mut rerun);
+    let (ok, read) = read_all(client, bodies, plan.read, &wanted, &mut rerun).await;
+    if let_go || read {
+        debug!(held = bodies.len(), "rule bodies changed");
+        taps.rules.send(());
+    }
+    for (ns, name) in rerun {
+        taps.stacks.send(stack_ref(&ns, &name));
+    }
+    ok
+}
+
+/// Lets go of the bodies in `drop` and records who picks each of `repick` now; adds the
+/// stacks to re-run to `rerun`. Whether a body was let go.
+fn let_go_and_repick(
+    bodies: &Bodies,
+    drop: Vec<BodyKey>,
+    repick: Vec<(BodyKey, Vec<StackId>)>,
+    rerun: &mut BTreeSet<StackId>,
+) -> bool {
     let mut changed = false;
     {
         let mut held = bodies.write();
-        for key in &plan.drop {
+        for key in &drop {
             if let Some(h) = held.remove(key) {
                 rerun.extend(h.picked_by);
                 changed = true;
             }
         }
-        for (key, picked_by) in plan.repick {
+        for (key, picked_by) in repick {
             if let Some(h) = held.get_mut(&key) {
                 let new = Held {
                     picked_by,
@@ -486,10 +506,23 @@ pub async fn round(
     if changed {
         bodies.changed();
     }
-    let mut ok = true;
+    changed
+}
+
+/// Reads the bodies of `keys`, [`READS`] at a time, and holds what the judge leaves of
+/// each; adds the stacks to re-run to `rerun`. Whether every read succeeded, and whether
+/// a body was stored.
+async fn read_all(
+    client: &Client,
+    bodies: &Bodies,
+    keys: Vec<BodyKey>,
+    wanted: &BTreeMap<BodyKey, Want>,
+    rerun: &mut BTreeSet<StackId>,
+) -> (bool, bool) {
+    let (mut ok, mut changed) = (true, false);
     // Each body is judged as soon as it arrives, inside its read: of a refused one only
     // its stub outlives the read, however many reads complete together.
-    let reads = futures::stream::iter(plan.read)
+    let reads = futures::stream::iter(keys)
         .map(|key| async move {
             let got = read_body(client, &key).await;
             let got = got.map(|body| body.map(|b| bodies.to_hold(key.kind, b)));
@@ -522,14 +555,7 @@ pub async fn round(
         changed = true;
         bodies.changed();
     }
-    if changed {
-        debug!(held = bodies.len(), "rule bodies changed");
-        taps.rules.send(());
-    }
-    for (ns, name) in rerun {
-        taps.stacks.send(stack_ref(&ns, &name));
-    }
-    ok
+    (ok, changed)
 }
 
 /// Keeps `bodies` in step with what is picked, for the life of the process. The first
