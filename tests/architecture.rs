@@ -31,6 +31,9 @@ const ROOMS: &[&str] = &[
     "telemetry",
     // When each node's kubelet last renewed its Lease, and the clock that notices.
     "heartbeats",
+    // What the caches are made of, pure: what each cached object is reduced to, and
+    // each store's index by stack.
+    "stores",
     // The one set of reflector caches of the process, and what their changes trigger.
     "caches",
     // A snapshot of one stack's world, read from the caches.

@@ -17,6 +17,8 @@
 //! - [`telemetry`]: metrics and the health/metrics HTTP server.
 //! - [`heartbeats`]: when each node's kubelet last renewed its Lease, on the operator's
 //!   clock, and the clock that says when that changes (the fast failover's evidence).
+//! - [`stores`]: what the caches are made of, pure: what each cached object is reduced
+//!   to, and each store's index by stack.
 //! - [`caches`]: the one set of reflector caches of the process, outliving leadership,
 //!   what they keep of each object, and what the webhook configurations cover.
 //! - [`observe`]: one stack's snapshot, read from the caches.
@@ -53,6 +55,7 @@ pub mod reconcile;
 pub mod render;
 pub mod ruler;
 pub mod status;
+pub mod stores;
 pub mod telemetry;
 pub mod webhook;
 

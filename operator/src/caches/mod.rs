@@ -3,8 +3,6 @@
 //! object is cached once per process ([`reflectors::Caches`]).
 
 pub mod coverage;
-pub mod index;
-pub mod keep;
 pub mod reflectors;
 pub mod rule_bodies;
 pub mod rule_kinds;

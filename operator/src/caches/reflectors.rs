@@ -29,10 +29,6 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::caches::index::{self, Index, KeyOf, StackKey};
-use crate::caches::keep::{
-    node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
-};
 use crate::caches::rule_bodies::{Bodies, Judge};
 use crate::caches::rules::{self as rule_caches, RuleCaches, RuleKind};
 pub use crate::caches::scope::synced;
@@ -45,6 +41,10 @@ use crate::model::names;
 use crate::model::writers::keep_markers;
 use crate::render::kinds::ChildKind;
 use crate::render::ServerCapabilities;
+use crate::stores::index::{self, Index, KeyOf, StackKey};
+use crate::stores::keep::{
+    node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
+};
 
 /// The label selector of everything the operator creates.
 pub fn managed_selector() -> String {

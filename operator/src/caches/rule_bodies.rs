@@ -603,9 +603,9 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caches::index;
     use crate::caches::scope::ScopedWriter;
     use crate::render::ServerCapabilities;
+    use crate::stores::index;
     use crate::testing::cluster::{key, FakeCluster};
     use crate::testing::rules::RuleFeeds;
     use kube::runtime::watcher::Event;

@@ -23,12 +23,12 @@ use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::caches::index;
 use crate::caches::rule_bodies::{self, Bodies};
 pub use crate::caches::rule_kinds::{decode, marked, served, RuleKind, RuleMeta};
 use crate::caches::rule_kinds::{namespace_labels, strip_meta, NamespaceStore};
 use crate::caches::scope::{self, Scope};
 use crate::caches::taps::Taps;
+use crate::stores::index;
 
 /// The ruler's caches. A kind the server does not serve has no store.
 #[derive(Clone, Default)]
@@ -216,7 +216,7 @@ fn watch_namespaces(
             let changed = if deleted {
                 seen.remove(&name).is_some()
             } else {
-                let print = crate::caches::keep::labels_fingerprint(m.labels());
+                let print = crate::stores::keep::labels_fingerprint(m.labels());
                 seen.insert(name, print) != Some(print)
             };
             if !changed {

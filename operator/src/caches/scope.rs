@@ -17,7 +17,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Resource;
 use serde::de::DeserializeOwned;
 
-use crate::caches::index::{id_of, Index, KeyOf};
+use crate::stores::index::{id_of, Index, KeyOf};
 
 /// The namespaces the operator watches and writes in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -363,8 +363,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::caches::index;
     use crate::model::names;
+    use crate::stores::index;
     use crate::testing;
     use futures::FutureExt;
     use k8s_openapi::api::core::v1::Pod;

@@ -31,10 +31,10 @@ use kube::{Client, ResourceExt};
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::caches::keep::strip_secret;
 use crate::caches::stacks::{resource, storage_secret_name, StackRef};
 use crate::caches::taps::Tap;
 use crate::model::conditions::{ConditionType, Reason};
+use crate::stores::keep::strip_secret;
 
 /// How often a Secret a stack waits on is read: short, because a user is fixing it now.
 pub const WAITING_POLL: Duration = Duration::from_secs(10);

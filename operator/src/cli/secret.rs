@@ -2,7 +2,7 @@
 //! same object store parameters the operator derives from the Secret it reads.
 //!
 //! The operator sees a Secret as the API server stores it (`stringData` merged into
-//! `data`) and as its cache keeps it (`caches::keep::strip_secret`: plain values such as
+//! `data`) and as its cache keeps it (`stores::keep::strip_secret`: plain values such as
 //! the endpoint kept, credentials replaced by markers), then checks the keys and reads
 //! the plain values with `model::storage::{check_secret, store_params}`, as
 //! `plan::secret_params` does. This module does exactly that to the file, so the config
@@ -11,9 +11,9 @@
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 
-use crate::caches::keep::strip_secret;
 use crate::model::api::{LokiStack, ObjectStorageSecretType};
 use crate::model::storage::{env_name, fields, secret_params};
+use crate::stores::keep::strip_secret;
 
 /// Parses a Secret manifest (`kubectl get secret NAME -o yaml`): `data` in base64,
 /// `stringData` in plain text, or both. The error says what to fix in the file.

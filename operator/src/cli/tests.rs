@@ -4,8 +4,8 @@
 //! (the Secret as its cache holds it, the sample nodes), compared document by document.
 
 use super::*;
-use crate::caches::keep::strip_secret;
 use crate::intent::Action;
+use crate::stores::keep::strip_secret;
 
 fn samples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/samples")

@@ -28,10 +28,6 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 
-use crate::caches::index::{self, KeyOf};
-use crate::caches::keep::{
-    strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
-};
 use crate::caches::reflectors::{managed_selector, pod_selector, ByStack, Caches, ChildCache};
 use crate::caches::rules::RuleCaches;
 use crate::caches::scope::ScopedWriter;
@@ -42,6 +38,10 @@ use crate::checks::podzone::{self, PodZone};
 use crate::model::writers::keep_markers;
 use crate::render::kinds::ChildKind;
 use crate::render::ServerCapabilities;
+use crate::stores::index::{self, KeyOf};
+use crate::stores::keep::{
+    strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
+};
 
 /// Where an object lives: API group (empty for the core group), resource (plural),
 /// namespace (`None` when cluster-scoped) and name.

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use kube::runtime::watcher::Event;
 
-use crate::caches::index::unindexed;
 use crate::caches::rule_kinds::{strip_meta, RuleKind, RuleMeta};
 use crate::caches::rules::RuleCaches;
 use crate::caches::scope::ScopedWriter;
+use crate::stores::index::unindexed;
 use crate::testing::cluster::{key, FakeCluster};
 
 /// The metadata caches of the rule kinds, fed by hand from what a fake cluster stores
