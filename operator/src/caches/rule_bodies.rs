@@ -213,7 +213,7 @@ fn refused_stub(body: DynamicObject, reasons: Vec<String>) -> (DynamicObject, Ve
     let mut stub = DynamicObject {
         types: body.types,
         metadata: meta,
-        data: serde_json::Value::Null,
+        data: serde_json::json!({}),
     };
     if let Some(c) = conditions {
         stub.data = serde_json::json!({"status": {"conditions": c}});
