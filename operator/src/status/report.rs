@@ -200,44 +200,7 @@ fn failover_events(intent: &Intent, done: &Done) -> Vec<PlannedEvent> {
     let mut events: Vec<PlannedEvent> = by_zone
         .into_iter()
         .map(|((zone, available, reason), pods)| {
-            let action = Some(format!("Zone {zone}"));
-            if available {
-                let why = if reason == names::POD_REASON_ZONE_RENEWING {
-                    format!("zone {zone}'s node Leases are renewed again")
-                } else if intent.findings.fast_failover_off {
-                    format!(
-                        "the fast failover is off for this stack ({})",
-                        names::ANNOTATION_ZONE_FAST_FAILOVER
-                    )
-                } else {
-                    "the stack no longer spreads over zones".to_string()
-                };
-                let note = format!(
-                    "{why}: pods {} marked {}=True, back in their Services once their kubelets report them Ready",
-                    list(&pods),
-                    names::POD_CONDITION_ZONE_AVAILABLE
-                );
-                PlannedEvent {
-                    action,
-                    ..PlannedEvent::normal(Happening::ZoneBackInService, note)
-                }
-            } else {
-                let why = intent
-                    .failover
-                    .out
-                    .iter()
-                    .find(|z| z.zone == zone)
-                    .map_or_else(|| format!("zone {zone}"), |z| z.describe(intent.now));
-                let note = format!(
-                    "{why} while other zones renew theirs: pods {} taken out of their Services (Ready=False, {}=False) before Kubernetes marks the nodes NotReady; they return when the Leases are renewed",
-                    list(&pods),
-                    names::POD_CONDITION_ZONE_AVAILABLE
-                );
-                PlannedEvent {
-                    action,
-                    ..PlannedEvent::warning(Happening::ZoneOutOfService, note)
-                }
-            }
+            zone_moved_event(intent, zone, available, reason, &pods)
         })
         .collect();
     events.extend(done.failed_over.failed.iter().map(|(w, why)| PlannedEvent {
@@ -271,6 +234,54 @@ fn failover_events(intent: &Intent, done: &Done) -> Vec<PlannedEvent> {
         ));
     }
     events
+}
+
+/// The Event of one zone's pods taken out of their Services (`available` false) or put
+/// back, and why.
+fn zone_moved_event(
+    intent: &Intent,
+    zone: &str,
+    available: bool,
+    reason: &str,
+    pods: &[String],
+) -> PlannedEvent {
+    let action = Some(format!("Zone {zone}"));
+    if !available {
+        let why = intent
+            .failover
+            .out
+            .iter()
+            .find(|z| z.zone == zone)
+            .map_or_else(|| format!("zone {zone}"), |z| z.describe(intent.now));
+        let note = format!(
+            "{why} while other zones renew theirs: pods {} taken out of their Services (Ready=False, {}=False) before Kubernetes marks the nodes NotReady; they return when the Leases are renewed",
+            list(pods),
+            names::POD_CONDITION_ZONE_AVAILABLE
+        );
+        return PlannedEvent {
+            action,
+            ..PlannedEvent::warning(Happening::ZoneOutOfService, note)
+        };
+    }
+    let why = if reason == names::POD_REASON_ZONE_RENEWING {
+        format!("zone {zone}'s node Leases are renewed again")
+    } else if intent.findings.fast_failover_off {
+        format!(
+            "the fast failover is off for this stack ({})",
+            names::ANNOTATION_ZONE_FAST_FAILOVER
+        )
+    } else {
+        "the stack no longer spreads over zones".to_string()
+    };
+    let note = format!(
+        "{why}: pods {} marked {}=True, back in their Services once their kubelets report them Ready",
+        list(pods),
+        names::POD_CONDITION_ZONE_AVAILABLE
+    );
+    PlannedEvent {
+        action,
+        ..PlannedEvent::normal(Happening::ZoneBackInService, note)
+    }
 }
 
 fn moved_note(m: &Move) -> String {
