@@ -1340,6 +1340,29 @@ const REFUSED_RULES: usize = 100;
 /// rules ConfigMap holds, so each is refused.
 const REFUSED_RULE_BYTES: usize = 1_300_000;
 
+/// Creates `count` AlertingRules `<prefix>-<i>` of `alerts` alerts with `labels`,
+/// `concurrency` at a time.
+async fn create_rules(
+    api: &Api<DynamicObject>,
+    prefix: &str,
+    labels: &Value,
+    alerts: usize,
+    count: usize,
+    concurrency: usize,
+) -> Result<()> {
+    let results = stream::iter(0..count)
+        .map(|i| async move {
+            let r = alerting_rule(&format!("{prefix}-{i}"), labels.clone(), alerts, i)?;
+            api.create(&PostParams::default(), &r).await?;
+            Ok::<(), anyhow::Error>(())
+        })
+        .buffer_unordered(concurrency)
+        .collect::<Vec<_>>()
+        .await;
+    results.into_iter().collect::<Result<Vec<_>>>()?;
+    Ok(())
+}
+
 /// How many of the refused rules have their `InvalidRule` condition.
 async fn refused_marked(rules: &Api<DynamicObject>) -> Result<usize> {
     let listed = rules
@@ -1381,20 +1404,8 @@ async fn refused_rules_memory(
     let base = rss_kib(pid)?;
     let alerts = alerts_for(REFUSED_RULE_BYTES)?;
     let created = Instant::now();
-    let results = stream::iter(0..REFUSED_RULES)
-        .map(|i| {
-            let api = picked.clone();
-            async move {
-                let labels = json!({"bench": "picked", "flood": "refused"});
-                let r = alerting_rule(&format!("refused-{i}"), labels, alerts, i)?;
-                api.create(&PostParams::default(), &r).await?;
-                Ok::<(), anyhow::Error>(())
-            }
-        })
-        .buffer_unordered(4)
-        .collect::<Vec<_>>()
-        .await;
-    results.into_iter().collect::<Result<Vec<_>>>()?;
+    let labels = json!({"bench": "picked", "flood": "refused"});
+    create_rules(&picked, "refused", &labels, alerts, REFUSED_RULES, 4).await?;
     println!("  created them in {:.0?}", created.elapsed());
     eventually(
         "every refused rule's InvalidRule condition",
@@ -1505,19 +1516,15 @@ async fn rules_memory(
     let alerts = alerts_for_rule_bytes()?;
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), unpicked, &rule_resource());
     let created = Instant::now();
-    let results = stream::iter(0..UNPICKED_RULES)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let r = alerting_rule(&format!("unpicked-{i}"), json!({}), alerts, i)?;
-                api.create(&PostParams::default(), &r).await?;
-                Ok::<(), anyhow::Error>(())
-            }
-        })
-        .buffer_unordered(CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await;
-    results.into_iter().collect::<Result<Vec<_>>>()?;
+    create_rules(
+        &api,
+        "unpicked",
+        &json!({}),
+        alerts,
+        UNPICKED_RULES,
+        CONCURRENCY,
+    )
+    .await?;
     println!(
         "  created {UNPICKED_RULES} AlertingRules of {} KB in {:.0?}",
         RULE_BYTES / 1000,
