@@ -1,105 +1,90 @@
-//! The CRD admission table (`tests/support/admission.rs`) against a current API server:
-//! the apiextensions-apiserver 1.36 that `hack/build-apiextensions.sh` builds and caches,
-//! on its own etcd, with the CRD as the operator generates it for current servers (with
-//! CEL). Every invalid stack must be rejected with its field named (and a CEL rule's
-//! message where it breaks one), every valid stack accepted.
+//! The CRD admission table (`tests/support/admission.rs`) against the full kube-apiserver
+//! of both ends of the supported range: the current Kubernetes and the oldest
+//! (`hack/build-k8s.sh current` and `oldest`, built once and cached), each a control
+//! plane of the e2e harness on its own etcd, with the CRD as the operator generates it
+//! (with CEL). Every invalid stack must be rejected with its field named (and a CEL
+//! rule's message where it breaks one), every valid stack accepted.
 //!
 //! First, without any server, it checks that the table has a rejecting case for every
 //! bound and every CEL rule of the generated CRD.
 //!
-//! Without the binary (not built: no network, or `make apiextensions` not run) it says
+//! It builds nothing: without the binaries (`make test` builds them first) it says
 //! loudly that the admission check did NOT run, and why; with
-//! `LZO_REQUIRE_CURRENT_SERVER=1` that is a failure. A run prints one line: the server's
-//! version and the counts.
+//! `LZO_REQUIRE_CURRENT_SERVER=1` (as `make test` sets) that is a failure. A run prints
+//! one line per server: its version and the counts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use loki_zone_operator::cli::crd_yaml;
 use loki_zone_operator_tests::admission::{
     create, expect_rejected, invalid_cases, valid_cases, Invalid, CEL,
 };
-use loki_zone_operator_tests::harness::free_port;
-use loki_zone_operator_tests::harness::which;
+use loki_zone_operator_tests::harness::{ControlPlane, Kube, Tuning};
 use loki_zone_operator_tests::{client_for, repo_root, runtime};
 use serde_json::Value;
 
-/// Set by `make test` to why the build did not produce the server; printed when it is
-/// missing.
-const UNAVAILABLE_ENV: &str = "LZO_APIEXTENSIONS_UNAVAILABLE";
 /// `1`: a missing server fails the test instead of only saying so.
 const REQUIRE_ENV: &str = "LZO_REQUIRE_CURRENT_SERVER";
 const NAMESPACE: &str = "admission";
 
 fn main() -> ExitCode {
-    let result = table_covers_the_crd().and_then(|()| match server_bin() {
-        Ok(bin) => runtime()?.block_on(run_table(&bin)).map(Some),
-        Err(reason) => {
-            not_run(&reason);
-            Ok(None)
-        }
-    });
-    match result {
-        Ok(Some(line)) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Ok(None) if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") => {
-            eprintln!("admission: {REQUIRE_ENV}=1, so a missing current server is a failure");
-            ExitCode::FAILURE
-        }
-        Ok(None) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("admission: FAILED: {e:#}");
-            ExitCode::FAILURE
+    if let Err(e) = table_covers_the_crd() {
+        eprintln!("admission: FAILED: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    let mut code = ExitCode::SUCCESS;
+    for kube in [Kube::Current, Kube::Oldest] {
+        match kube.cached_bin_dir() {
+            Ok(_) => match runtime().and_then(|rt| rt.block_on(run_table(kube))) {
+                Ok(line) => println!("{line}"),
+                Err(e) => {
+                    eprintln!("admission: FAILED on the {} Kubernetes: {e:#}", kube.name());
+                    code = ExitCode::FAILURE;
+                }
+            },
+            Err(reason) => {
+                not_run(kube, &format!("{reason:#}"));
+                if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
+                    eprintln!("admission: {REQUIRE_ENV}=1, so a missing server is a failure");
+                    code = ExitCode::FAILURE;
+                }
+            }
         }
     }
+    code
 }
 
-fn not_run(reason: &str) {
+fn not_run(kube: Kube, reason: &str) {
     let bar = "!".repeat(78);
-    eprintln!("{bar}\n!! admission: the CRD admission check against a current API server did NOT run.\n!! Why: {reason}\n!! Build the server with `make apiextensions` (hack/build-apiextensions.sh).\n{bar}");
+    eprintln!("{bar}\n!! admission: the CRD admission check on the {} Kubernetes did NOT run.\n!! Why: {reason}\n!! Build it with `bash hack/build-k8s.sh {}` (make test does).\n{bar}", kube.name(), kube.name());
 }
 
-/// The cached server binary, or why there is none.
-fn server_bin() -> std::result::Result<PathBuf, String> {
-    let script = repo_root().join("hack/build-apiextensions.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg("--cached")
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    if !out.status.success() {
-        let said = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        let why = std::env::var(UNAVAILABLE_ENV)
-            .ok()
-            .filter(|s| !s.is_empty());
-        return Err(why.unwrap_or(said));
-    }
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let bin = PathBuf::from(dir).join("apiextensions-apiserver");
-    if which("etcd").is_none() {
-        return Err("etcd not found on PATH (Debian's etcd-server; hack/build-control-plane.sh installs it)".into());
-    }
-    Ok(bin)
-}
-
-async fn run_table(bin: &Path) -> Result<String> {
-    let dir = repo_root().join(".e2e/admission");
-    let server = CurrentServer::start(bin, &dir)?;
-    let client = client_for(&server.kubeconfig).await?;
+async fn run_table(kube: Kube) -> Result<String> {
+    let dir = repo_root().join(format!(".e2e/admission-{}", kube.name()));
+    let tuning = Tuning {
+        kube,
+        ..Tuning::default()
+    };
+    let cp = ControlPlane::start_with(&dir, &tuning)?;
+    let client = client_for(&cp.admin_kubeconfig).await?;
     let version = client.apiserver_version().await?;
     let minor: u32 = version.minor.trim_end_matches('+').parse().unwrap_or(0);
     if minor < CEL {
-        bail!("{} is not a current server (no CEL)", version.git_version);
+        bail!("{} has no CEL in CRDs", version.git_version);
     }
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .context("creating the test namespace")?;
     install_crd(&client).await?;
 
     let invalid = invalid_cases();
@@ -132,13 +117,13 @@ async fn run_table(bin: &Path) -> Result<String> {
     );
     if !failures.is_empty() {
         bail!(
-            "against apiextensions-apiserver {}: {counts}\n  {}",
+            "against kube-apiserver {}: {counts}\n  {}",
             version.git_version,
             failures.join("\n  ")
         );
     }
     Ok(format!(
-        "admission: ran against apiextensions-apiserver {} (current server, CEL): {counts}",
+        "admission: ran against kube-apiserver {} (CEL): {counts}",
         version.git_version
     ))
 }
@@ -371,199 +356,6 @@ async fn install_crd(client: &kube::Client) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// etcd and the apiextensions-apiserver on free loopback ports, stopped when dropped.
-///
-/// The server authenticates clients by certificate (a throwaway CA, the admin in
-/// `system:masters`, which the server authorizes without asking anyone). It is not a full
-/// control plane: it has no core API to delegate token reviews, access reviews or
-/// namespaces to, so those lookups point at itself and the admission plugins and flow
-/// control that need core objects are off. Validation and CEL are the real code.
-struct CurrentServer {
-    procs: Vec<(&'static str, Child, PathBuf)>,
-    kubeconfig: PathBuf,
-}
-
-impl CurrentServer {
-    fn start(bin: &Path, dir: &Path) -> Result<CurrentServer> {
-        if dir.exists() {
-            fs::remove_dir_all(dir)?;
-        }
-        fs::create_dir_all(dir)?;
-        let dir = dir.canonicalize()?;
-        certificates(&dir)?;
-        let mut server = CurrentServer {
-            procs: Vec::new(),
-            kubeconfig: dir.join("admin.kubeconfig"),
-        };
-        let (client_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
-        let etcd_url = format!("http://127.0.0.1:{client_port}");
-        let etcd = which("etcd").context("etcd not found")?;
-        server.spawn(
-            "etcd",
-            &dir,
-            &etcd,
-            &[
-                format!("--data-dir={}", dir.join("etcd").display()),
-                format!("--listen-client-urls={etcd_url}"),
-                format!("--advertise-client-urls={etcd_url}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-                format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-                "--log-level=warn".into(),
-            ],
-        )?;
-        let url = format!("https://127.0.0.1:{port}");
-        fs::write(&server.kubeconfig, kubeconfig(&url, &dir))?;
-        let kc = server.kubeconfig.display().to_string();
-        let file = |name: &str| dir.join(name).display().to_string();
-        server.spawn("apiextensions-apiserver", &dir, bin, &[
-            format!("--etcd-servers={etcd_url}"),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            format!("--tls-cert-file={}", file("server.crt")),
-            format!("--tls-private-key-file={}", file("server.key")),
-            format!("--client-ca-file={}", file("ca.crt")),
-            format!("--kubeconfig={kc}"),
-            format!("--authentication-kubeconfig={kc}"),
-            format!("--authorization-kubeconfig={kc}"),
-            "--authentication-skip-lookup".into(),
-            "--disable-admission-plugins=NamespaceLifecycle,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,MutatingAdmissionPolicy".into(),
-            "--enable-priority-and-fairness=false".into(),
-        ])?;
-        server.wait_ready(&url, &dir, Duration::from_secs(60))?;
-        Ok(server)
-    }
-
-    fn spawn(
-        &mut self,
-        name: &'static str,
-        dir: &Path,
-        program: &Path,
-        args: &[String],
-    ) -> Result<()> {
-        let log = dir.join(format!("{name}.log"));
-        let out = fs::File::create(&log)?;
-        let child = Command::new(program)
-            .args(args)
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", program.display()))?;
-        self.procs.push((name, child, log));
-        Ok(())
-    }
-
-    fn wait_ready(&mut self, url: &str, dir: &Path, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            for (name, child, log) in &mut self.procs {
-                if let Some(status) = child.try_wait()? {
-                    bail!("{name} exited with {status}:\n{}", tail(log, 20));
-                }
-            }
-            let file = |name: &str| dir.join(name);
-            let ok = Command::new("curl")
-                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
-                .arg(file("ca.crt"))
-                .arg("--cert")
-                .arg(file("admin.crt"))
-                .arg("--key")
-                .arg(file("admin.key"))
-                // The Service informer (for conversion webhooks, unused here) never syncs
-                // without a core API; every other check must pass.
-                .arg(format!("{url}/readyz?exclude=informer-sync"))
-                .output()
-                .is_ok_and(|o| o.stdout == b"200");
-            if ok {
-                return Ok(());
-            }
-            if start.elapsed() > timeout {
-                let log = self
-                    .procs
-                    .last()
-                    .map(|p| tail(&p.2, 20))
-                    .unwrap_or_default();
-                bail!("apiextensions-apiserver not ready after {timeout:?}:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for CurrentServer {
-    fn drop(&mut self) {
-        // The server before etcd; by PID, each one this test started.
-        for (_, child, _) in self.procs.iter_mut().rev() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A throwaway CA, the server's certificate for 127.0.0.1 and an admin client certificate
-/// in `system:masters`.
-fn certificates(dir: &Path) -> Result<()> {
-    // Arguments without spaces, so each command reads as one line.
-    let openssl = |args: &str| -> Result<()> {
-        let out = Command::new("openssl")
-            .args(args.split_whitespace())
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .output()
-            .context("running openssl")?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            bail!("openssl {args}: {err}");
-        }
-        Ok(())
-    };
-    let days = "-days 2";
-    openssl(&format!(
-        "req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -subj /CN=admission-ca {days}"
-    ))?;
-    // Extensions make these version 3 certificates: rustls refuses version 1.
-    let server_ext = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
-    fs::write(dir.join("server.ext"), server_ext)?;
-    fs::write(dir.join("admin.ext"), "extendedKeyUsage=clientAuth\n")?;
-    for (name, subject) in [
-        ("server", "/CN=127.0.0.1"),
-        ("admin", "/O=system:masters/CN=admission-admin"),
-    ] {
-        openssl(&format!(
-            "req -newkey rsa:2048 -nodes -keyout {name}.key -out {name}.csr -subj {subject}"
-        ))?;
-        openssl(&format!(
-            "x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial {days} -out {name}.crt -extfile {name}.ext"
-        ))?;
-    }
-    Ok(())
-}
-
-fn kubeconfig(url: &str, dir: &Path) -> String {
-    let f = |name: &str| dir.join(name).display().to_string();
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: current\n  cluster:\n    server: {url}\n    certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    client-certificate: {crt}\n    client-key: {key}\ncontexts:\n- name: current\n  context:\n    cluster: current\n    user: admin\ncurrent-context: current\n",
-        ca = f("ca.crt"),
-        crt = f("admin.crt"),
-        key = f("admin.key"),
-    )
 }
 
 /// A constraint of the CRD schema: where (a dotted path, map keys as `*`, list items

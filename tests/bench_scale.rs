@@ -127,6 +127,7 @@ impl Scale {
         let tuning = Tuning {
             node_monitor_grace: NODE_GRACE,
             api_qps: Some(CONTROL_PLANE_QPS),
+            ..Tuning::default()
         };
         let cp = ControlPlane::start_with(&repo_root().join(".e2e/bench-scale"), &tuning)?;
         let admin = client_for(&cp.admin_kubeconfig).await?;

@@ -1827,6 +1827,10 @@ fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     let out = Command::new("kubectl")
         .args(args)
         .env("KUBECONFIG", kubeconfig)
+        .env(
+            "KUBECACHEDIR",
+            loki_zone_operator_tests::harness::kubectl_cache_for(kubeconfig),
+        )
         .output()
         .expect("kubectl");
     assert!(

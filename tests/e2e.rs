@@ -1,5 +1,6 @@
 //! End-to-end scenarios against a real control plane (kube-apiserver, kube-scheduler,
-//! kube-controller-manager 1.20.2 on loopback), simulated nodes in three zones, and the
+//! kube-controller-manager on loopback: 1.35.4, or the oldest supported 1.31.0 for the
+//! [`SMOKE`] scenarios with `LZO_KUBE=oldest`), simulated nodes in three zones, and the
 //! operator running as its own process under the ServiceAccount and RBAC of `manifests/`.
 //!
 //! Run: `make e2e` (or `cargo test -p loki-zone-operator-tests --test e2e -- [filter]`).
@@ -19,7 +20,7 @@ use kube::{Client, ResourceExt};
 use loki_zone_operator::model::api::LokiStack;
 use loki_zone_operator::model::names;
 use loki_zone_operator_tests::admission;
-use loki_zone_operator_tests::harness::ControlPlane;
+use loki_zone_operator_tests::harness::{ControlPlane, Kube};
 use loki_zone_operator_tests::nodesim::{eventually, NodeSim, Running, ZONE};
 use loki_zone_operator_tests::operator::{self, Operator};
 use loki_zone_operator_tests::{client_for, namespace_with_storage_secret, repo_root};
@@ -345,20 +346,17 @@ async fn zone_aware_small_stack_spreads_over_three_zones(env: &mut Env) -> Resul
             "{name}: no init container"
         );
     }
-    // Zone-local routing of the entry Services is gated on the server's version (unit
-    // tests per version in render_tests.rs): this control plane is 1.20, older than
-    // topology-aware hints (1.23), so nothing is asked. The stack getting Ready above
-    // also shows the apply sent no trafficDistribution, which 1.20 refuses.
+    // The entry Services ask kube-proxy for endpoints in the client's zone (1.31+,
+    // every supported server): the server kept the field, so it knows it.
     for svc in ["zones-distributor-http", "zones-query-frontend-http"] {
         let s = Api::<Service>::namespaced(env.admin.clone(), ns)
             .get(svc)
             .await?;
-        let asked: Vec<&String> = s
-            .annotations()
-            .keys()
-            .filter(|k| k.starts_with("service.kubernetes.io/topology"))
-            .collect();
-        ensure!(asked.is_empty(), "{svc}: {asked:?} on a 1.20 server");
+        let asked = s.spec.and_then(|s| s.traffic_distribution);
+        ensure!(
+            asked.as_deref() == Some("PreferClose"),
+            "{svc}: trafficDistribution {asked:?}"
+        );
     }
     let nodes = nodes_by_name(env).await?;
     let pods = Api::<Pod>::namespaced(env.admin.clone(), ns)
@@ -803,10 +801,11 @@ async fn deleting_a_stack_collects_children_but_keeps_pvcs(env: &mut Env) -> Res
     Ok(())
 }
 
-/// Scenario 10: Invalid specs are rejected by the API server with the field named; the CEL rules,
-/// which 1.20 ignores, are reported by the reconciler instead. Valid specs (the samples,
-/// values at every bound) are admitted. The table is shared with `tests/admission.rs`,
-/// which runs it against a current API server.
+/// Scenario 10: Invalid specs are rejected by the API server with the field named, CEL rules
+/// included (a case whose rule this server predates would be accepted and must then be
+/// reported by the reconciler). Valid specs (the samples, values at every bound) are
+/// admitted. The table is shared with `tests/admission.rs`, which runs it on both ends of
+/// the supported range.
 async fn invalid_specs_are_rejected_with_the_field_named(env: &mut Env) -> Result<()> {
     let ns = "e2e-invalid";
     namespace(env, ns).await?;
@@ -911,9 +910,8 @@ async fn idle_resyncs_write_nothing(env: &mut Env) -> Result<()> {
     .await?;
     let audit = env.cp.dir.join("audit.log");
     let audit_len = || std::fs::read_to_string(&audit).unwrap_or_default().len();
-    // Stacks a scenario just created still converge after their status settles (1.20's
-    // token controller adds a Secret to each new ServiceAccount, which is re-applied
-    // once): wait for a quiet spell. A write on every resync never gives one.
+    // Stacks a scenario just created still converge after their status settles: wait
+    // for a quiet spell. A write on every resync never gives one.
     eventually(
         "the operator stopped writing before idling",
         WAIT,
@@ -1728,11 +1726,26 @@ async fn storage_class_missing_then_immediate(env: &mut Env) -> Result<()> {
     Ok(())
 }
 
+/// What runs on the oldest supported Kubernetes (`LZO_KUBE=oldest`) without a filter: the
+/// install (setup: CRD, RBAC, webhooks, the operator under its ServiceAccount), a
+/// zone-aware stack Ready and spread, a zone lost and back, and a zone drained.
+const SMOKE: [&str; 5] = [
+    "zone_aware_small_stack_spreads_over_three_zones",
+    "operator_runs_with_least_privilege",
+    "zone_goes_dark_the_way_nodes_fail",
+    "one_zone_down_keeps_the_stack_ready",
+    "evictions_keep_to_one_zone_and_a_zone_drains_in_one_pass",
+];
+
 fn main() -> std::process::ExitCode {
-    let filter: Vec<String> = std::env::args()
+    let mut filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
+    let kube = Kube::from_env();
+    if kube == Kube::Oldest && filter.is_empty() {
+        filter = SMOKE.iter().map(|s| s.to_string()).collect();
+    }
     // Order matters: later scenarios build on the stacks and nodes of earlier ones.
     let all = scenarios![
         demo_stack_without_zones_becomes_ready,
@@ -1796,7 +1809,11 @@ fn main() -> std::process::ExitCode {
         }
     };
     let (passed, failed) = runtime.block_on(async {
-        println!("e2e: starting the control plane (the first run builds it, about 7 minutes)");
+        println!(
+            "e2e: starting the {} Kubernetes control plane (hack/build-k8s.sh {}; the first run builds it, about 15 minutes)",
+            kube.name(),
+            kube.name()
+        );
         let started = Instant::now();
         let mut env = match setup().await {
             Ok(env) => env,
@@ -1805,8 +1822,13 @@ fn main() -> std::process::ExitCode {
                 return (0, all.len());
             }
         };
+        let version = env
+            .admin
+            .apiserver_version()
+            .await
+            .map_or_else(|e| format!("(version unknown: {e})"), |v| v.git_version);
         println!(
-            "e2e: control plane, CRD, RBAC and operator up in {:?}",
+            "e2e: control plane {version}, CRD, RBAC and operator up in {:?}",
             started.elapsed()
         );
         let (mut passed, mut failed) = (0, 0);

@@ -1,7 +1,7 @@
 // A Go module of ours that builds Kubernetes' own binaries (kube-apiserver,
 // kube-controller-manager, kube-scheduler, kubelet, kube-proxy) from k8s.io/kubernetes
 // as a library, with its staging modules at the matching v0.x release, the way projects
-// that embed the API server do. hack/build-k8s-current.sh builds it, cached outside the
+// that embed the API server do. hack/build-k8s.sh builds it, cached outside the
 // repository. Every module here is Apache-2.0, MIT or BSD licensed.
 module loki-zone-operator.dev/hack/k8s-current
 

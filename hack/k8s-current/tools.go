@@ -1,6 +1,6 @@
 //go:build tools
 
-// Package tools names the commands hack/build-k8s-current.sh builds, so that go.mod and
+// Package tools names the commands hack/build-k8s.sh builds, so that go.mod and
 // go.sum hold everything they need.
 package tools
 

@@ -86,9 +86,7 @@ if [ "${USE_DIST:-0}" != 1 ] || [ ! -s dist/digests.txt ]; then
 fi
 [ -s dist/digests.txt ] || { say "no dist/digests.txt: make release failed"; exit 1; }
 [ -x "$OP_BIN" ] || { say "no operator binary $OP_BIN (make release builds it)"; exit 1; }
-bash hack/build-control-plane.sh >/dev/null
-bin="$CACHE_DIR/k8s-1.20.2/bin"
-{ [ -x "$bin/kubelet" ] && [ -x "$bin/kube-proxy" ]; } || bash hack/real-node/build-kubelet.sh >/dev/null
+bash hack/build-k8s.sh current >/dev/null
 TIME[build]=$(secs "$t"); CPU[build]=$(awk -v a="$c0" -v b="$(child_cpu)" 'BEGIN {printf "%.1f", b - a}')
 # What the release pins: the operator's image index, by digest, in install.yaml.
 RELEASED=$(awk -v v=":$VERSION" 'substr($1, length($1) - length(v) + 1) == v && $1 !~ /-bundle:/ {print $1; exit}' dist/digests.txt)
@@ -224,10 +222,8 @@ hk get pods --all-namespaces -l "app.kubernetes.io/instance=$STACK" --watch -o j
 WATCH_PID=$!
 
 # docs/install.md's quick-start, as it is written, with two substitutions: the release's
-# install.yaml is dist/'s, as a Kubernetes 1.20 server takes it (without the CRDs' CEL
-# rules, the budget as policy/v1beta1: hack/deploy.sh for-server), because this control
-# plane is older than the versions the release targets; and without a Loki image the
-# last command (wait for Ready) is left out, since no Loki container can start.
+# install.yaml is dist/'s, as it is; and without a Loki image the last command (wait for
+# Ready) is left out, since no Loki container can start.
 python3 - docs/install.md >"$W/quick-start.sh" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
@@ -238,20 +234,15 @@ print(m.group(1), end="")
 PY
 url="https://github.com/loki-zone-operator/loki-zone-operator/releases/download/$VERSION/install.yaml"
 grep -qF "$url" "$W/quick-start.sh" || die "the quick-start does not install $url"
-bash hack/deploy.sh for-server 1.20 <dist/install.yaml >"$W/install.yaml"
+cp dist/install.yaml "$W/install.yaml"
 sed -i "s#$url#$W/install.yaml#" "$W/quick-start.sh"
 if [ -z "${LOKI_IMAGE_ARCHIVE:-}" ]; then
   sed -i '/wait lokistack/d' "$W/quick-start.sh"
   say "without a Loki image the quick-start's last command (wait for Ready) is left out"
 fi
-# What 1.21+ does by itself, once the quick-start creates the namespace: the label
-# kubernetes.io/metadata.name, by which the webhooks select namespaces (1.20 sets none;
-# LABEL_NAMESPACE=0 leaves it out, and the API server then never calls them). With a
-# Loki image, the Service `minio` the quick-start's Secret names, in front of the test's
-# S3 server.
+# Once the quick-start creates the namespace, with a Loki image: the Service `minio` the
+# quick-start's Secret names, in front of the test's S3 server.
 namespace_created() {
-  [ "${LABEL_NAMESPACE:-1}" = 1 ] &&
-    hk label namespace "$STACK_NS" "kubernetes.io/metadata.name=$STACK_NS" >/dev/null
   [ -z "${LOKI_IMAGE_ARCHIVE:-}" ] || loki_s3_service
 }
 t_op=$(now)
@@ -329,11 +320,10 @@ if [ "$CLUSTER_DNS" = 1 ]; then
   got=$(in_ns python3 hack/real-node/cluster-dns.py resolve "$APISERVER_IP" example.com 2>&1 || true)
   assert "... and answers NXDOMAIN outside the cluster (nothing forwarded): example.com: $got" [ "$got" = NXDOMAIN ]
 fi
-# The release's namespaced install is accepted as it is (server-side dry run, 1.20's
-# adaptation as above) in the namespace it watches.
-bash hack/deploy.sh for-server 1.20 <dist/install-namespaced.yaml >"$W/install-namespaced.yaml"
+# The release's namespaced install is accepted as it is (server-side dry run) in the
+# namespace it watches.
 assert "dist/install-namespaced.yaml applies (server-side dry run; it watches namespace loki)" \
-  hk apply --server-side --force-conflicts --dry-run=server -f "$W/install-namespaced.yaml"
+  hk apply --server-side --force-conflicts --dry-run=server -f dist/install-namespaced.yaml
 
 # The quick-start created the stack while the operator was starting: pods bound before
 # the API server saw the zone-at-bind configuration were zoned by the annotator a moment
@@ -356,11 +346,11 @@ hk -n "$STACK_NS" get lokistack "$STACK" -o yaml >"$W/stack.yaml"
 kubectl get nodes -o yaml >"$W/nodes.yaml"
 kubectl -n "$STACK_NS" get secret loki-s3 -o yaml >"$W/secret.yaml"
 "$OP_BIN" render -f "$W/stack.yaml" --nodes "$W/nodes.yaml" --secret "$W/secret.yaml" \
-  --kube-version 1.20 --operator-image "$OP_IMAGE" 2>"$W/logs/render.log" |
+  --operator-image "$OP_IMAGE" 2>"$W/logs/render.log" |
   awk '/^kind:/ {k=$2} /^metadata:/ {m=1; next} m && /^  name:/ {print k "/" $2; m=0}' |
   sort -u >"$W/children.expected"
 expected_zone_aware=$("$OP_BIN" render -f "$W/stack.yaml" --nodes "$W/nodes.yaml" --secret "$W/secret.yaml" \
-  --kube-version 1.20 2>/dev/null | python3 -c 'import sys, yaml
+  2>/dev/null | python3 -c 'import sys, yaml
 n = 0
 for d in yaml.safe_load_all(sys.stdin):
     if d and d["kind"] in ("Deployment", "StatefulSet") and \

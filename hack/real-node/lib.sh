@@ -26,9 +26,9 @@ NODES=${NODES:-1}
 KEEP=${KEEP:-0}
 RESTRICT_OOM=${RESTRICT_OOM:-true}
 IDLE_SECONDS=${IDLE_SECONDS:-60}
-K8S_VERSION=1.20.2
 CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
-BIN="$CACHE_DIR/k8s-$K8S_VERSION/bin"
+# The current Kubernetes (hack/k8s-current): control plane, kubelet, kube-proxy, kubectl.
+BIN=$(bash "$here/../build-k8s.sh" current) || { echo "hack/build-k8s.sh current failed" >&2; exit 1; }
 NODE_NAMES=(node-a node-b node-c)
 APISERVER_IP=10.88.0.1
 API="https://$APISERVER_IP:6443"
@@ -68,8 +68,8 @@ die() { log "ERROR: $*"; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (network and mount namespaces, cgroups)"
 [[ "$NODES" =~ ^[1-3]$ ]] || die "NODES must be 1, 2 or 3"
 timings_set "$RN_TIMINGS"
-for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
-  [ -x "$BIN/$b" ] || die "$BIN/$b missing: run hack/build-control-plane.sh"
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
+  [ -x "$BIN/$b" ] || die "$BIN/$b missing: run hack/build-k8s.sh current"
 done
 KUBE_PROXY=${KUBE_PROXY:-1}
 # Image archives by absolute path: the imports run in each node's mount namespace,
@@ -78,7 +78,6 @@ if [ -n "${OPERATOR_IMAGE:-}" ]; then
   [ -s "$OPERATOR_IMAGE" ] || die "OPERATOR_IMAGE $OPERATOR_IMAGE: no such archive"
   OPERATOR_IMAGE=$(realpath "$OPERATOR_IMAGE")
 fi
-{ [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-proxy" ]; } || "$here/build-kubelet.sh" >/dev/null
 missing=()
 for c in containerd:containerd runc:runc etcd:etcd-server ip:iproute2 iptables:iptables \
   gcc:gcc openssl:openssl nsenter:util-linux ping:iputils-ping bc:bc curl:curl socat:socat; do
@@ -100,6 +99,10 @@ if [ -n "${WORK_DIR:-}" ]; then
   [ -z "$(ls -A "$W")" ] || die "WORK_DIR $W is not empty"
 else W=$(mktemp -d /tmp/lzo-real-node.XXXXXX); fi
 W=$(cd "$W" && pwd)
+# kubectl's discovery cache, per run: ~/.kube/cache is keyed by the API server's address,
+# which every run shares (10.88.0.1:6443), so a run on another Kubernetes version would
+# read the groups of the last (1.20's policy/v1beta1: `get pdb` then says NotFound).
+export KUBECACHEDIR="$W/kubectl-cache"
 ID=$(basename "$W" | tr -cd 'a-zA-Z0-9' | tail -c 6)
 NS="lzo-rn-$ID"
 mkdir -p "$W/logs" "$W/cp/certs"
@@ -276,7 +279,7 @@ start_cp etcd etcd --data-dir="$W/cp/etcd" \
 # (the node name does not resolve).
 # (The node timings' flags come from timings_set.)
 APISERVER_ARGS=(--etcd-servers=http://127.0.0.1:2379 --bind-address=0.0.0.0 --advertise-address="$APISERVER_IP"
-  --secure-port=6443 --insecure-port=0 --cert-dir="$W/cp/certs"
+  --secure-port=6443 --cert-dir="$W/cp/certs"
   --token-auth-file="$W/cp/tokens.csv" --authorization-mode=RBAC
   --service-account-key-file="$W/cp/sa.key" --service-account-signing-key-file="$W/cp/sa.key"
   --service-account-issuer=https://kubernetes.default.svc.cluster.local
@@ -319,13 +322,13 @@ if [ "${API_FORWARD:-1}" = 1 ]; then
   kubeconfig "$W/cp/host.kubeconfig" real-node-admin "$ADMIN_TOKEN" "https://localhost:$fwd_port"
   log "API server also at https://localhost:$fwd_port from the host ($W/cp/host.kubeconfig)"
 fi
-CM_ARGS=(--kubeconfig="$KC" --leader-elect=false --port=0 --secure-port=0
+CM_ARGS=(--kubeconfig="$KC" --leader-elect=false --secure-port=0
   --concurrent-statefulset-syncs=10
   --service-account-private-key-file="$W/cp/sa.key" --root-ca-file="$W/cp/certs/apiserver.crt"
   --use-service-account-credentials=false --v=1)
 start_cp kube-controller-manager "$BIN/kube-controller-manager" "${CM_ARGS[@]}" "${TIMINGS_CM[@]}"
 start_cp kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KC" --leader-elect=false \
-  --port=0 --secure-port=0 --v=1
+  --secure-port=0 --v=1
 # RBAC only (as the harness): the kubelets' users, system:node:<name> in the group
 # system:nodes, get the built-in system:node role.
 kubectl create clusterrolebinding real-node-kubelets --clusterrole=system:node \
@@ -481,6 +484,10 @@ authentication:
 authorization: {mode: AlwaysAllow}
 cgroupDriver: cgroupfs
 cgroupRoot: /$cg
+# This machine has cgroup v1, which kubelets refuse from 1.35 unless told so;
+# containerd 1.6 does not report its cgroup driver, so the kubelet takes cgroupDriver.
+failCgroupV1: false
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 failSwapOn: false
 # Checks the kernel tunables instead of setting them; they are masked above.
 protectKernelDefaults: true
@@ -526,7 +533,6 @@ run_kubelet() { # run_kubelet NODE
   for i in "${!NODE_NAMES[@]}"; do [ "${NODE_NAMES[$i]}" = "$n" ] && break; done
   setsid nsenter -t "${HOLDER[$n]}" -m -n "$BIN/kubelet" --config="$d/kubelet.yaml" \
     --kubeconfig="$d/kubelet.kubeconfig" --hostname-override="$n" --node-ip="10.89.0.$((i + 1))" \
-    --container-runtime=remote --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
     --node-labels="topology.kubernetes.io/zone=zone-${n#node-}" --v="${KUBELET_V:-1}" \
     </dev/null >>"$W/logs/kubelet-$n.log" 2>&1 &
   KUBELET[$n]=$!

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Real nodes beside the simulated ones (issue 27): brings up, in a network namespace of
 # its own, the control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler from the cache hack/build-control-plane.sh fills) and NODES real nodes,
-# each a kubelet (hack/real-node/build-kubelet.sh) with a private containerd, runs a
+# kube-scheduler of the current Kubernetes, built by hack/build-k8s.sh current) and NODES
+# real nodes, each a kubelet of the same build with a private containerd, runs a
 # plain pod and a hostNetwork pod per node, checks them (pod IP from the bridge,
 # downward API, kubectl logs and exec, pod -> API server), measures, and tears
 # everything down by PID, cgroup and namespace.

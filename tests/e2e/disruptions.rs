@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, EvictParams, GroupVersionKind};
 use loki_zone_operator::model::names;
 use loki_zone_operator_tests::client_without_retries;
-use loki_zone_operator_tests::harness::control_plane_bin;
+use loki_zone_operator_tests::harness::kubectl_bin;
 use loki_zone_operator_tests::nodesim::eventually;
 
 use super::rollout::{ingesters_in, ready_stack_in, zones_in_turn, PodWatch};
@@ -143,12 +143,13 @@ async fn start_operator(env: &mut Env) -> Result<()> {
 
 /// Runs kubectl against the test cluster; its output on failure.
 fn kubectl(env: &Env, args: &[&str]) -> Result<String> {
-    let bin = control_plane_bin()?.join("kubectl");
+    let bin = kubectl_bin()?;
     let out = Command::new(&bin)
         .arg(format!(
             "--kubeconfig={}",
             env.cp.admin_kubeconfig.display()
         ))
+        .env("KUBECACHEDIR", env.cp.kubectl_cache_dir())
         .args(args)
         .output()
         .with_context(|| format!("running {}", bin.display()))?;

@@ -170,6 +170,7 @@ fn deploy_script(env: &Env, action: &str) -> Result<()> {
         .arg(repo_root().join("hack/deploy.sh"))
         .arg(action)
         .env("KUBECONFIG", &env.cp.admin_kubeconfig)
+        .env("KUBECACHEDIR", env.cp.kubectl_cache_dir())
         .env("BIN", operator::operator_bin()?)
         .output()
         .context("running hack/deploy.sh")?;

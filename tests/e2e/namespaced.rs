@@ -113,6 +113,7 @@ fn install_namespaced_rbac(env: &Env, dir: &Path) -> Result<Vec<Value>> {
         .args(["apply", "--server-side", "-f"])
         .arg(&file)
         .env("KUBECONFIG", &env.cp.admin_kubeconfig)
+        .env("KUBECACHEDIR", env.cp.kubectl_cache_dir())
         .output()
         .context("kubectl apply (kubectl is needed)")?;
     if !out.status.success() {

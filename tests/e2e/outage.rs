@@ -1058,6 +1058,7 @@ fn admin_sh(env: &Env, command: &str) -> Result<String> {
         .arg("-c")
         .arg(command)
         .env("KUBECONFIG", &env.cp.admin_kubeconfig)
+        .env("KUBECACHEDIR", env.cp.kubectl_cache_dir())
         .output()
         .with_context(|| format!("running {command:?} (kubectl is needed)"))?;
     let text = format!(

@@ -125,6 +125,42 @@ pub(super) fn zones_in_turn(
     Ok((order, spans))
 }
 
+/// The deletes and bindings of the pods of `ns`, from the control plane's audit log, one
+/// line each (time, verb, pod, user agent's last part, code), to explain a failed
+/// timeline: a pod that Kubernetes' own controllers deleted names them
+/// (`.../node-controller`), one the operator deleted its ServiceAccount.
+pub(super) fn pod_history(env: &Env, ns: &str) -> String {
+    let text = std::fs::read_to_string(env.cp.dir.join("audit.log")).unwrap_or_default();
+    let mut lines = vec![format!("deletes and bindings of the pods of {ns}:")];
+    for line in text.lines() {
+        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let o = &ev["objectRef"];
+        let verb = ev["verb"].as_str().unwrap_or_default();
+        if o["namespace"] != ns || o["resource"] != "pods" || !matches!(verb, "delete" | "create") {
+            continue;
+        }
+        let agent = ev["userAgent"].as_str().unwrap_or_default();
+        let who = if ev["user"]["username"] == super::operator::service_account_user().as_str() {
+            "operator"
+        } else {
+            agent.rsplit('/').next().unwrap_or(agent)
+        };
+        lines.push(format!(
+            "  {} {verb} {}{} by {who}: {}",
+            ev["stageTimestamp"].as_str().unwrap_or_default(),
+            o["name"].as_str().unwrap_or_default(),
+            o["subresource"]
+                .as_str()
+                .map(|s| format!("/{s}"))
+                .unwrap_or_default(),
+            ev["responseStatus"]["code"]
+        ));
+    }
+    lines.join("\n")
+}
+
 /// The ingesters now: name → (uid, zone annotation, Ready).
 async fn ingesters(env: &Env) -> Result<BTreeMap<String, (String, String, bool)>> {
     ingesters_in(env, NS).await
@@ -267,7 +303,8 @@ pub(super) async fn ingester_rollout_goes_zone_by_zone_and_pauses_for_a_lost_zon
     let started = Instant::now();
     change_ingesters(env, "e2e.example.com/first").await?;
     rollout_done(env, &before).await?;
-    let (order, spans) = zones_in_turn(&watch.since(started), &zone_of)?;
+    let (order, spans) =
+        zones_in_turn(&watch.since(started), &zone_of).with_context(|| pod_history(env, NS))?;
     ensure!(order == ZONES, "zones restarted in the order {order:?}");
     println!(
         "    rollout of 6 ingesters over 3 zones in {:?}; zone down for {spans:?}",
@@ -341,7 +378,8 @@ async fn paused_while_a_zone_is_lost(
     paused?;
     ensure!(!dark.is_empty(), "zone-a has no nodes");
     rollout_done(env, &before).await?;
-    let (order, _) = zones_in_turn(&watch.since(started), zone_of)?;
+    let (order, _) =
+        zones_in_turn(&watch.since(started), zone_of).with_context(|| pod_history(env, NS))?;
     ensure!(order == ZONES, "zones restarted in the order {order:?}");
     println!(
         "    resumed after zone-a returned; whole rollout {:?}",

@@ -84,6 +84,10 @@ pub fn deploy(admin_kubeconfig: &Path) -> Result<()> {
         .arg(repo_root())
         .arg("deploy")
         .env("KUBECONFIG", admin_kubeconfig)
+        .env(
+            "KUBECACHEDIR",
+            crate::harness::kubectl_cache_for(admin_kubeconfig),
+        )
         .env("PATH", &path)
         .env_remove("CARGO")
         .output()
