@@ -1,8 +1,10 @@
 //! Pure checks: the spec against its rules, the zones the nodes offer against the
-//! replication factor, storage classes and volumes against zones, and a pod's zone from
-//! its node. Each takes what was observed and returns findings; none reads the cluster.
+//! replication factor, storage classes and volumes against zones, a pod's zone from its
+//! node, and a Kubernetes version against the supported range. Each takes what was
+//! observed and returns findings; none reads the cluster.
 
 pub mod fields;
+pub mod kube_version;
 pub mod podzone;
 pub mod silence;
 pub mod validate;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::version::Info;
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
@@ -28,6 +29,7 @@ use crate::act::report::Notifier;
 use crate::caches::reflectors::{self, Caches, Sources};
 use crate::caches::scope::Scope;
 use crate::caches::taps::Taps;
+use crate::checks::kube_version::{self, KubeVersion};
 use crate::model::names;
 use crate::render::{ServerCapabilities, Settings};
 use crate::telemetry::metrics::Metrics;
@@ -60,6 +62,8 @@ pub struct RunConfig {
 pub enum RunError {
     #[error("cannot read the API server version: {0}")]
     Version(#[source] kube::Error),
+    #[error(transparent)]
+    Unsupported(#[from] kube_version::Unsupported),
     #[error(transparent)]
     Leader(#[from] LeaderError),
     #[error("health and metrics server: {0}")]
@@ -132,25 +136,57 @@ async fn wait_for_crd(client: &Client, shutdown: &watch::Receiver<bool>) -> Resu
     }
 }
 
-/// Asks the server its version: what it can take decides a few rendered fields.
+/// Asks the server its version: what it can take decides a few rendered fields. A
+/// server older than the operator supports is refused before anything else is done.
 async fn capabilities(client: &Client) -> Result<ServerCapabilities, RunError> {
     let version = client
         .apiserver_version()
         .await
         .map_err(RunError::Version)?;
+    check_server_version(&version)?;
     let caps = ServerCapabilities::parse(&format!("{}.{}", version.major, version.minor))
         .unwrap_or(ServerCapabilities::MODERN);
     info!(version = %version.git_version, capabilities = ?caps, "connected to the API server");
     Ok(caps)
 }
 
+/// The version a server behaves as: the one it emulates where it says so (a server run
+/// with `--emulated-version` serves that version's APIs and features), else its own
+/// major and minor, else its git version.
+fn behaves_as(info: &Info) -> Option<KubeVersion> {
+    let emulated = match (&info.emulation_major, &info.emulation_minor) {
+        (Some(major), Some(minor)) => KubeVersion::parse(&format!("{major}.{minor}")),
+        _ => None,
+    };
+    emulated
+        .or_else(|| KubeVersion::parse(&format!("{}.{}", info.major, info.minor)))
+        .or_else(|| KubeVersion::parse(&info.git_version))
+}
+
+/// Refuses a server older than [`MIN_KUBE_VERSION`](kube_version::MIN_KUBE_VERSION),
+/// naming its version as it reports it. A version that does not parse is let through
+/// with a warning: a distribution that reports it oddly is more likely current than not.
+fn check_server_version(info: &Info) -> Result<(), RunError> {
+    let Some(version) = behaves_as(info) else {
+        warn!(version = ?info, "cannot tell the API server's Kubernetes version; carrying on as if it were supported");
+        return Ok(());
+    };
+    // As the server writes it (`v1.20.2`), and the version it emulates where that differs.
+    let found = match KubeVersion::parse(&info.git_version) {
+        Some(own) if own != version => format!("{} emulating {version}", info.git_version),
+        Some(_) => info.git_version.clone(),
+        None => version.to_string(),
+    };
+    Ok(version.require_supported("this API server", &found)?)
+}
+
 pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
+    let capabilities = capabilities(&client).await?;
     cfg.settings.operator_image =
         own_image::pin(&client, &cfg.settings.operator_image, cfg.own_pod.as_ref()).await;
     let metrics = Arc::new(Metrics::default());
     let ready = server::Readiness::default();
     let shutdown = shutdown_signal();
-    let capabilities = capabilities(&client).await?;
     let mut server = tokio::spawn(server::serve(
         cfg.health_addr,
         cfg.metrics_addr,
@@ -320,5 +356,64 @@ async fn ready_when_synced(caches: Caches, ready: Arc<AtomicBool>) {
     if caches.wait_until_ready().await {
         info!("caches synced");
         ready.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(major: &str, minor: &str, git: &str) -> Info {
+        Info {
+            major: major.into(),
+            minor: minor.into(),
+            git_version: git.into(),
+            ..Info::default()
+        }
+    }
+
+    #[test]
+    fn a_server_older_than_the_oldest_supported_is_refused_by_its_version() {
+        let refused =
+            check_server_version(&server("1", "20", "v1.20.2")).expect_err("1.20 is refused");
+        assert_eq!(
+            refused.to_string(),
+            "Kubernetes 1.31 or later is required; this API server is v1.20.2"
+        );
+        let eks = check_server_version(&server("1", "30+", "v1.30.9-eks-1234"))
+            .expect_err("1.30 is refused");
+        assert_eq!(
+            eks.to_string(),
+            "Kubernetes 1.31 or later is required; this API server is v1.30.9-eks-1234"
+        );
+        // A current binary emulating an older version serves that version's APIs.
+        let emulating = Info {
+            emulation_major: Some("1".into()),
+            emulation_minor: Some("30".into()),
+            ..server("1", "33", "v1.33.1")
+        };
+        assert_eq!(
+            check_server_version(&emulating)
+                .expect_err("emulating 1.30 is refused")
+                .to_string(),
+            "Kubernetes 1.31 or later is required; this API server is v1.33.1 emulating 1.30"
+        );
+    }
+
+    #[test]
+    fn supported_servers_and_unreadable_versions_go_on() {
+        for (major, minor, git) in [
+            ("1", "31+", "v1.31.0-gke.1200"),
+            ("1", "31", "v1.31.0"),
+            ("1", "35", "v1.35.4"),
+            ("", "", "v1.35.4"),
+            // Nothing to tell the version by: carry on (and warn).
+            ("", "", ""),
+        ] {
+            assert!(
+                check_server_version(&server(major, minor, git)).is_ok(),
+                "{major}.{minor} {git}"
+            );
+        }
     }
 }
