@@ -232,7 +232,6 @@ fn register_webhooks(p: &Parts, tasks: &mut JoinSet<()>) -> WebhookCoverage {
         ca_bundle: p.ca_bundle.clone(),
         target: target.clone(),
         owner_role: p.webhook.owner_role.clone(),
-        match_conditions: p.capabilities.webhook_match_conditions,
         feed,
         metrics: p.metrics.clone(),
     };

@@ -103,13 +103,4 @@ mod tests {
             assert_eq!(k.resource(&new).kind, k.as_str());
         }
     }
-
-    /// `matchConditions` are beta and on by default from 1.28: from then on the webhooks
-    /// are scoped to the stacks' pods, not their whole namespaces.
-    #[test]
-    fn webhook_match_conditions_from_1_28() {
-        assert!(!ServerCapabilities::for_version(1, 27).webhook_match_conditions);
-        assert!(ServerCapabilities::for_version(1, 28).webhook_match_conditions);
-        assert!(ServerCapabilities::parse("v1.29.3").is_some_and(|c| c.webhook_match_conditions));
-    }
 }

@@ -134,10 +134,6 @@ pub struct ServerCapabilities {
     /// CEL rules in CRDs (`x-kubernetes-validations`, 1.25+). Older servers reject them
     /// under server-side apply; the reconciler enforces the same rules anyway.
     pub crd_cel_rules: bool,
-    /// `matchConditions` on admission webhooks (beta and on by default from 1.28, GA in
-    /// 1.30): the webhooks are then called only for the pods of zone-aware stacks (the
-    /// disruption webhook: their ingesters), not every pod of their namespaces.
-    pub webhook_match_conditions: bool,
     /// How a Service asks for traffic to stay in the client's zone.
     pub zone_local_routing: ZoneLocalRouting,
 }
@@ -195,7 +191,6 @@ impl ServerCapabilities {
         spread_node_taints_policy: true,
         pdb_v1: true,
         crd_cel_rules: true,
-        webhook_match_conditions: true,
         zone_local_routing: ZoneLocalRouting::TrafficDistribution,
     };
 
@@ -206,7 +201,6 @@ impl ServerCapabilities {
             spread_node_taints_policy: at_least(27),
             pdb_v1: at_least(21),
             crd_cel_rules: at_least(25),
-            webhook_match_conditions: at_least(28),
             zone_local_routing: ZoneLocalRouting::for_version(at_least),
         }
     }

@@ -3,8 +3,8 @@
 //! ValidatingWebhookConfiguration of the zone-disruption webhook.
 //!
 //! The zone-at-bind one is narrow on purpose: only `pods/binding` CREATE, only in namespaces that hold a
-//! zone-aware stack (so a cluster without one sends the webhook nothing), and on servers
-//! with `matchConditions` only for the stacks' pod names. It can never block scheduling:
+//! zone-aware stack (so a cluster without one sends the webhook nothing), and by
+//! `matchConditions` only for the stacks' pod names. It can never block scheduling:
 //! `failurePolicy: Ignore`, a 2 s timeout, no side effects.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -150,7 +150,7 @@ pub fn ingester_expression(stacks: &[StackName]) -> String {
 }
 
 /// Only the namespaces that hold a zone-aware stack (by the name label every namespace
-/// carries from 1.21).
+/// carries).
 fn namespace_selector(stacks: &[StackName]) -> LabelSelector {
     let namespaces: BTreeSet<&str> = stacks.iter().map(|s| s.namespace.as_str()).collect();
     LabelSelector {
@@ -175,13 +175,11 @@ fn metadata(name: &str) -> ObjectMeta {
 }
 
 /// The whole zone-at-bind configuration, a pure function of where the webhook is, the
-/// CA to trust, the zone-aware stacks and whether the server takes `matchConditions`
-/// (1.28+).
+/// CA to trust and the zone-aware stacks.
 pub fn configuration(
     target: &ClientTarget,
     ca_bundle: &str,
     stacks: &[StackName],
-    match_conditions: bool,
 ) -> MutatingWebhookConfiguration {
     let webhook = MutatingWebhook {
         name: names::WEBHOOK_ZONE_AT_BIND.into(),
@@ -194,12 +192,10 @@ pub fn configuration(
         reinvocation_policy: Some("Never".into()),
         rules: Some(vec![rule("pods/binding")]),
         namespace_selector: Some(namespace_selector(stacks)),
-        match_conditions: match_conditions.then(|| {
-            vec![MatchCondition {
-                name: "zone-aware-stack-pods".into(),
-                expression: match_expression(stacks),
-            }]
-        }),
+        match_conditions: Some(vec![MatchCondition {
+            name: "zone-aware-stack-pods".into(),
+            expression: match_expression(stacks),
+        }]),
         object_selector: None,
     };
     MutatingWebhookConfiguration {
@@ -220,36 +216,30 @@ fn rule(resource: &str) -> RuleWithOperations {
 }
 
 /// The zone-disruption configuration: `pods/eviction` of the zone-aware stacks'
-/// ingesters. Where the server takes `matchConditions` (1.28+) it is scoped to exactly
-/// those ingesters and fails closed (`failurePolicy: Fail`): while no replica of the
-/// operator answers, they are refused rather than let a second zone go, and nothing
-/// else is touched. Older servers can only scope it by namespace (an `objectSelector`
-/// sees the Eviction's labels, not the pod's), so there every eviction in those
-/// namespaces reaches it; it fails open there, so that an operator that is down never
-/// blocks a drain, and the ingesters' PodDisruptionBudget alone guards them meanwhile.
+/// ingesters, scoped by `matchConditions` to exactly those ingesters (an
+/// `objectSelector` could not do it: it sees the Eviction's labels, not the pod's). It
+/// fails closed (`failurePolicy: Fail`): while no replica of the operator answers, they
+/// are refused rather than let a second zone go, and nothing else is touched.
 pub fn disruption_configuration(
     target: &ClientTarget,
     ca_bundle: &str,
     stacks: &[StackName],
-    match_conditions: bool,
 ) -> ValidatingWebhookConfiguration {
     let webhook = ValidatingWebhook {
         name: names::WEBHOOK_ZONE_DISRUPTIONS.into(),
         admission_review_versions: vec!["v1".into()],
         client_config: target.client_config(ca_bundle, names::WEBHOOK_PATH_ZONE_DISRUPTIONS),
-        failure_policy: Some(if match_conditions { "Fail" } else { "Ignore" }.into()),
+        failure_policy: Some("Fail".into()),
         // Decisions live in the leader's memory only; a dry run records none.
         side_effects: "None".into(),
         timeout_seconds: Some(DISRUPTION_TIMEOUT_SECONDS),
         match_policy: Some("Equivalent".into()),
         rules: Some(vec![rule("pods/eviction")]),
         namespace_selector: Some(namespace_selector(stacks)),
-        match_conditions: match_conditions.then(|| {
-            vec![MatchCondition {
-                name: "zone-aware-stack-ingesters".into(),
-                expression: ingester_expression(stacks),
-            }]
-        }),
+        match_conditions: Some(vec![MatchCondition {
+            name: "zone-aware-stack-ingesters".into(),
+            expression: ingester_expression(stacks),
+        }]),
         object_selector: None,
     };
     ValidatingWebhookConfiguration {
@@ -322,15 +312,15 @@ pub trait Registered:
     const NAME: &'static str;
     /// For log lines: "zone-at-bind", "zone-disruption".
     const WHAT: &'static str;
-    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName], mc: bool) -> Self;
+    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName]) -> Self;
     fn parts(&self) -> Vec<Parts<'_>>;
 }
 
 impl Registered for MutatingWebhookConfiguration {
     const NAME: &'static str = names::WEBHOOK_CONFIGURATION;
     const WHAT: &'static str = "zone-at-bind";
-    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName], mc: bool) -> Self {
-        configuration(target, bundle, stacks, mc)
+    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName]) -> Self {
+        configuration(target, bundle, stacks)
     }
     fn parts(&self) -> Vec<Parts<'_>> {
         parts!(self.webhooks)
@@ -340,8 +330,8 @@ impl Registered for MutatingWebhookConfiguration {
 impl Registered for ValidatingWebhookConfiguration {
     const NAME: &'static str = names::WEBHOOK_DISRUPTION_CONFIGURATION;
     const WHAT: &'static str = "zone-disruption";
-    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName], mc: bool) -> Self {
-        disruption_configuration(target, bundle, stacks, mc)
+    fn want(target: &ClientTarget, bundle: &str, stacks: &[StackName]) -> Self {
+        disruption_configuration(target, bundle, stacks)
     }
     fn parts(&self) -> Vec<Parts<'_>> {
         parts!(self.webhooks)
@@ -371,7 +361,6 @@ pub struct Keeper {
     pub target: ClientTarget,
     /// The install's ClusterRole that owns the configurations ([`install_owner`]).
     pub owner_role: String,
-    pub match_conditions: bool,
     pub feed: CoverageFeed,
     pub metrics: Arc<Metrics>,
 }
@@ -394,12 +383,7 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
     loop {
         let bundle = k.ca_bundle.borrow_and_update().clone();
         if let Some(bundle) = bundle {
-            let mut want = C::want(
-                &k.target,
-                &bundle,
-                &zone_aware_stacks(&k.stacks),
-                k.match_conditions,
-            );
+            let mut want = C::want(&k.target, &bundle, &zone_aware_stacks(&k.stacks));
             want.meta_mut().owner_references = owner.clone().map(|o| vec![o]);
             if let Some(last) = applied
                 .as_ref()
@@ -560,7 +544,7 @@ mod tests {
             namespace: "op".into(),
             name: names::WEBHOOK_SERVICE.into(),
         };
-        let c = configuration(&target, "PEM", &stacks(), true);
+        let c = configuration(&target, "PEM", &stacks());
         let w = &c.webhooks.expect("one webhook")[0];
         assert_eq!(w.failure_policy.as_deref(), Some("Ignore"));
         assert_eq!(w.side_effects, "None");
@@ -601,25 +585,23 @@ mod tests {
     }
 
     #[test]
-    fn older_servers_get_no_match_conditions_and_no_stacks_no_webhook() {
+    fn a_url_target_is_called_by_url_and_no_stacks_no_webhook() {
         let target = ClientTarget::Url("https://127.0.0.1:9443/".into());
-        let c = configuration(&target, "PEM", &stacks(), false);
+        let c = configuration(&target, "PEM", &stacks());
         let w = &c.webhooks.expect("one webhook")[0];
-        assert!(w.match_conditions.is_none());
         assert_eq!(
             w.client_config.url.as_deref(),
             Some("https://127.0.0.1:9443/zone-at-bind")
         );
-        assert!(configuration(&target, "PEM", &[], true).webhooks.is_none());
+        assert!(configuration(&target, "PEM", &[]).webhooks.is_none());
     }
 
-    /// The disruption webhook fails closed only where it reaches nothing but the
-    /// ingesters of zone-aware stacks with zone-aware evictions on (by pod name, 1.28+);
-    /// scoped by namespace only (older servers), it fails open.
+    /// The disruption webhook fails closed, and reaches nothing but the ingesters of
+    /// zone-aware stacks with zone-aware evictions on (by pod name).
     #[test]
     fn the_disruption_webhook_fails_closed_on_ingester_evictions_only() {
         let target = ClientTarget::Url("https://127.0.0.1:9443".into());
-        let c = disruption_configuration(&target, "PEM", &stacks(), true);
+        let c = disruption_configuration(&target, "PEM", &stacks());
         assert_eq!(
             c.metadata.name.as_deref(),
             Some(names::WEBHOOK_DISRUPTION_CONFIGURATION)
@@ -646,20 +628,15 @@ mod tests {
             "(request.namespace == 'logs' && request.name.matches('^a-ingester-[0-9]+$')) || (request.namespace == 'team' && request.name.matches('^c-ingester-[0-9]+$'))",
             "stack b has zone-aware evictions off"
         );
-        let old = disruption_configuration(&target, "PEM", &stacks(), false)
-            .webhooks
-            .expect("one");
-        assert!(old[0].match_conditions.is_none());
-        assert_eq!(old[0].failure_policy.as_deref(), Some("Ignore"));
         let mut off = stacks();
         off.iter_mut().for_each(|s| s.zone_evictions = false);
-        let c = disruption_configuration(&target, "PEM", &off, true);
+        let c = disruption_configuration(&target, "PEM", &off);
         let w = &c.webhooks.as_ref().expect("the namespaces stay covered")[0];
         assert_eq!(
             w.match_conditions.as_ref().expect("conditions")[0].expression,
             "false"
         );
-        assert!(disruption_configuration(&target, "PEM", &[], true)
+        assert!(disruption_configuration(&target, "PEM", &[])
             .webhooks
             .is_none());
     }
@@ -669,12 +646,12 @@ mod tests {
     #[test]
     fn owned_parts_see_edits_by_others() {
         let target = ClientTarget::Url("https://127.0.0.1:9443".into());
-        let want = disruption_configuration(&target, "PEM", &stacks(), false);
+        let want = disruption_configuration(&target, "PEM", &stacks());
         let mut live = want.clone();
         assert_eq!(owned_parts(&live), owned_parts(&want));
-        live.webhooks.as_mut().expect("webhooks")[0].failure_policy = Some("Fail".into());
+        live.webhooks.as_mut().expect("webhooks")[0].failure_policy = Some("Ignore".into());
         assert_ne!(owned_parts(&live), owned_parts(&want));
-        let want = configuration(&target, "PEM", &stacks(), false);
+        let want = configuration(&target, "PEM", &stacks());
         let mut live = want.clone();
         live.webhooks.as_mut().expect("webhooks")[0]
             .client_config
