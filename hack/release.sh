@@ -254,7 +254,8 @@ if command -v qemu-aarch64-static >/dev/null 2>&1; then
   }
   same --version --version
   same crd crd
-  same "crd --kube-version 1.20" crd --kube-version 1.20
+  # Below the oldest supported Kubernetes: the same refusal, exit status and message.
+  same "crd --kube-version 1.20 (refused)" crd --kube-version 1.20
   for s in manifests/samples/lokistack-*.yaml; do
     same "render $s" render -f "$s"
     same "render $s --nodes" render -f "$s" --nodes manifests/samples/nodes-three-zones.yaml

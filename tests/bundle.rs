@@ -1324,36 +1324,25 @@ fn make_deploy_img_sets_both_images() {
 }
 
 /// `make install` and `make deploy` apply the committed CRDs (hack/deploy.sh, which needs
-/// no build), without their CEL rules before 1.25: byte for byte what the binary prints
-/// for that server version.
+/// no build), CEL rules included: byte for byte what the binary prints.
 #[test]
 fn deploy_applies_the_committed_crds_as_the_binary_prints_them() {
-    for version in [None, Some("1.20"), Some("1.24"), Some("1.25"), Some("1.30")] {
-        let mut cmd = Command::new("bash");
-        cmd.arg(repo_root().join("hack/deploy.sh")).arg("crds");
-        if let Some(v) = version {
-            cmd.env("KUBE_VERSION", v);
-        }
-        let out = cmd.output().expect("hack/deploy.sh crds");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let caps = version
-            .map(|v| loki_zone_operator::render::ServerCapabilities::parse(v).expect("version"))
-            .unwrap_or(loki_zone_operator::render::ServerCapabilities::MODERN);
-        let want = loki_zone_operator::cli::crds_yaml_for(&caps).expect("crds");
-        assert!(
-            String::from_utf8_lossy(&out.stdout) == want,
-            "hack/deploy.sh crds differs from `crd --kube-version {version:?}`"
-        );
-        assert_eq!(
-            want.contains("x-kubernetes-validations"),
-            caps.crd_cel_rules,
-            "{version:?}"
-        );
-    }
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/deploy.sh"))
+        .arg("crds")
+        .output()
+        .expect("hack/deploy.sh crds");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = loki_zone_operator::cli::crds_yaml().expect("crds");
+    assert!(
+        String::from_utf8_lossy(&out.stdout) == want,
+        "hack/deploy.sh crds differs from `loki-zone-operator crd`"
+    );
+    assert!(want.contains("x-kubernetes-validations"));
 }
 
 /// Every object of `objects` is in `ns` (or cluster-scoped), and so is every subject.

@@ -29,10 +29,7 @@ fn schema() -> &'static Value {
 
 #[test]
 fn committed_crds_match_the_code() {
-    let files = loki_zone_operator::cli::crd_files_for(
-        &loki_zone_operator::render::ServerCapabilities::MODERN,
-    )
-    .expect("crds");
+    let files = loki_zone_operator::cli::crd_files().expect("crds");
     assert_eq!(files.len(), 4);
     assert_eq!(files[0].1, crd_yaml().expect("crd"), "LokiStack first");
     for (file, yaml) in files {
@@ -271,7 +268,7 @@ fn cel_rules_reject_cross_field_errors_with_the_field_named() {
         );
         let errors = cel_errors(&object);
         assert_eq!(errors, vec![cel_field.to_string()], "{name}");
-        // API servers before 1.25 ignore CEL: the reconciler must catch it.
+        // A stack stored before a rule existed escapes CEL: the reconciler must catch it.
         let stack: LokiStack = serde_json::from_value(object).expect("typed");
         let err = validate(&stack.spec).expect_err(name).to_string();
         assert!(err.contains(validate_field), "{name}: {err}");
@@ -314,7 +311,7 @@ fn lists_with_an_identity_are_list_maps() {
 /// `validate` refuses the stack, or nothing of it reaches a rendered ConfigMap.
 #[test]
 fn no_user_string_reaches_lokis_config_expandable() {
-    use loki_zone_operator::render::{render, Child, RenderInput, ServerCapabilities, Settings};
+    use loki_zone_operator::render::{render, Child, RenderInput, Settings};
     use loki_zone_operator_tests::admission::valid_cases;
 
     const PROBE: &str = "${LZO_PROBE}";
@@ -370,12 +367,8 @@ fn no_user_string_reaches_lokis_config_expandable() {
         stack.metadata.namespace = Some("logs".into());
         stack.metadata.uid = Some("uid".into());
         loki_zone_operator::checks::validate::validate_stack(&stack).ok()?;
-        let children = render(
-            &RenderInput::of_spec(&stack),
-            &Settings::default(),
-            &ServerCapabilities::MODERN,
-        )
-        .expect("a valid stack renders");
+        let children = render(&RenderInput::of_spec(&stack), &Settings::default())
+            .expect("a valid stack renders");
         let mut text = String::new();
         for c in children {
             if let Child::ConfigMap(cm) = c {
@@ -478,10 +471,7 @@ fn every_integer_is_bounded_at_admission() {
             walk(&format!("{path}.*"), &s["additionalProperties"], out);
         }
     }
-    let files = loki_zone_operator::cli::crd_files_for(
-        &loki_zone_operator::render::ServerCapabilities::MODERN,
-    )
-    .expect("crds");
+    let files = loki_zone_operator::cli::crd_files().expect("crds");
     let mut unbounded = Vec::new();
     for (file, yaml) in &files {
         let crd: Value = serde_yaml_ng::from_str(yaml).expect("yaml");

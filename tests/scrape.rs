@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use loki_zone_operator::model::api::LokiStack;
-use loki_zone_operator::render::{render, RenderInput, ServerCapabilities, Settings};
+use loki_zone_operator::render::{render, RenderInput, Settings};
 use loki_zone_operator_tests::bundle::{kustomize, write_overlay};
 use loki_zone_operator_tests::repo_root;
 use loki_zone_operator_tests::scrape::{
@@ -407,12 +407,8 @@ fn sample_stack() -> (String, Vec<Value>) {
         serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("sample")).expect("yaml");
     stack.metadata.namespace = Some(STACK_NS.into());
     stack.metadata.uid = Some("uid".into());
-    let children = render(
-        &RenderInput::of_spec(&stack),
-        &Settings::default(),
-        &ServerCapabilities::MODERN,
-    )
-    .expect("the sample renders");
+    let children =
+        render(&RenderInput::of_spec(&stack), &Settings::default()).expect("the sample renders");
     let name = stack.metadata.name.clone().expect("name");
     (
         name,

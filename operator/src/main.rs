@@ -5,11 +5,12 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use loki_zone_operator::caches::scope::Scope;
+use loki_zone_operator::checks::kube_version::{KubeVersion, MIN_KUBE_VERSION};
 use loki_zone_operator::cli::waitzone;
 use loki_zone_operator::cli::{self, RenderRequest};
 use loki_zone_operator::lead::own_image::OwnPod;
 use loki_zone_operator::model::duration;
-use loki_zone_operator::render::{self, ServerCapabilities, Settings};
+use loki_zone_operator::render::{self, Settings};
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
 
 /// `--version`: the release and the commit it was built from (operator/build.rs).
@@ -180,10 +181,8 @@ enum Command {
     /// Print the CustomResourceDefinitions (LokiStack, AlertingRule, RecordingRule,
     /// RulerConfig) as one YAML stream.
     Crd {
-        /// Kubernetes version of the target cluster; before 1.25 the CEL rules are left
-        /// out (the operator enforces them instead).
-        #[arg(long, value_parser = parse_kube_version)]
-        kube_version: Option<ServerCapabilities>,
+        #[arg(long, value_parser = cli::parse_kube_version, help = kube_version_help("printed"))]
+        kube_version: Option<KubeVersion>,
         /// Write one file per CRD into this directory (as `manifests/crd/` holds them)
         /// instead of printing them.
         #[arg(long)]
@@ -214,10 +213,8 @@ enum Command {
         /// Namespace of the rendered objects (default: the manifest's, else `default`).
         #[arg(short = 'n', long)]
         namespace: Option<String>,
-        /// Kubernetes version of the target cluster (e.g. 1.30); older versions get no
-        /// spread-constraint fields they would reject.
-        #[arg(long, value_parser = parse_kube_version)]
-        kube_version: Option<ServerCapabilities>,
+        #[arg(long, value_parser = cli::parse_kube_version, help = kube_version_help("rendered"))]
+        kube_version: Option<KubeVersion>,
         #[command(flatten)]
         images: ImageArgs,
     },
@@ -235,9 +232,13 @@ enum Command {
     },
 }
 
-fn parse_kube_version(s: &str) -> Result<ServerCapabilities, String> {
-    ServerCapabilities::parse(s)
-        .ok_or_else(|| format!("invalid Kubernetes version {s:?}: expected e.g. 1.30"))
+/// The help of `--kube-version`, naming the oldest supported version from its one constant.
+fn kube_version_help(what: &str) -> String {
+    format!(
+        "Kubernetes version of the target cluster (e.g. 1.35, 1.35+ or v1.35.4). Optional: \
+         the output is the same for every supported version; a version older than \
+         {MIN_KUBE_VERSION}, the oldest supported, is refused (exit 2) with nothing {what}"
+    )
 }
 
 fn init_logging(format: LogFormat) {
@@ -353,13 +354,14 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
-fn crd(kube_version: Option<ServerCapabilities>, out_dir: Option<PathBuf>) -> ExitCode {
-    let caps = kube_version.unwrap_or(ServerCapabilities::MODERN);
+/// `--kube-version` has been checked by the parser: the CRDs are the same for every
+/// supported version.
+fn crd(out_dir: Option<PathBuf>) -> ExitCode {
     let result = match &out_dir {
-        None => cli::crds_yaml_for(&caps)
+        None => cli::crds_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(|e| e.to_string()),
-        Some(dir) => cli::crd_files_for(&caps)
+        Some(dir) => cli::crd_files()
             .map_err(|e| e.to_string())
             .and_then(|files| {
                 files.into_iter().try_for_each(|(file, yaml)| {
@@ -419,16 +421,16 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
         Command::Crd {
-            kube_version,
+            kube_version: _,
             out_dir,
-        } => crd(kube_version, out_dir),
+        } => crd(out_dir),
         Command::Render {
             file,
             nodes,
             secret,
             rules,
             namespace,
-            kube_version,
+            kube_version: _,
             images,
         } => render_stack(RenderRequest {
             stack_file: file,
@@ -437,7 +439,6 @@ fn main() -> ExitCode {
             rules_files: rules,
             namespace,
             settings: images.settings(),
-            capabilities: kube_version.unwrap_or(ServerCapabilities::MODERN),
         }),
         Command::WaitForZone {
             file,

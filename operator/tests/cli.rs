@@ -168,26 +168,31 @@ fn crd_command_prints_the_committed_crds() {
     }
 }
 
+/// `crd --kube-version` prints the same CRDs, CEL rules included, for every supported
+/// version, and refuses an older one with nothing printed.
 #[test]
-fn crd_for_old_servers_leaves_out_cel_rules_only() {
-    let modern = text(&run(&["crd", "--kube-version", "1.30"]).stdout);
-    let old = text(&run(&["crd", "--kube-version", "1.20"]).stdout);
+fn crd_refuses_a_cluster_older_than_the_oldest_supported() {
+    let plain = text(&run(&["crd"]).stdout);
     // LokiStack 6, AlertingRule and RecordingRule 1 each, RulerConfig 2 (the header
     // authentication of its Alertmanager and of a tenant's).
-    assert_eq!(modern.matches("x-kubernetes-validations").count(), 10);
-    assert!(!old.contains("x-kubernetes-validations"));
-    let strip = |s: &str| {
-        s.lines()
-            .filter(|l| {
-                !l.contains("rule:")
-                    && !l.contains("message:")
-                    && !l.contains("fieldPath:")
-                    && !l.contains("x-kubernetes-validations")
-            })
-            .count()
-    };
-    // Only the rules (3 lines each with their key) differ.
-    assert_eq!(strip(&modern), strip(&old));
+    assert_eq!(plain.matches("x-kubernetes-validations").count(), 10);
+    for version in ["1.31", "1.31+", "v1.35.4"] {
+        let out = run(&["crd", "--kube-version", version]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{version}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), plain, "{version}");
+    }
+    for version in ["1.30", "1.30+", "v1.20.2"] {
+        let out = run(&["crd", "--kube-version", version]);
+        assert_eq!(out.status.code(), Some(2), "{version}");
+        assert!(out.stdout.is_empty(), "{version}");
+        let want = format!("Kubernetes 1.31 or later is required; the target cluster is {version}");
+        assert!(text(&out.stderr).contains(&want), "{}", text(&out.stderr));
+    }
 }
 
 #[test]
@@ -429,28 +434,49 @@ fn render_rejects_a_bad_secret_naming_what_to_fix() {
 }
 
 #[test]
-fn render_for_an_old_server_prints_the_api_versions_it_serves() {
+fn render_prints_the_budgets_as_policy_v1() {
     let stack = samples().join("lokistack-demo.yaml");
-    let pdb_versions = |version: Option<&str>| {
-        let mut args = vec!["render", "-f", stack.to_str().unwrap()];
-        args.extend(version.map(|v| ["--kube-version", v]).into_iter().flatten());
-        let out = run(&args);
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-        serde_yaml_ng::Deserializer::from_str(&text(&out.stdout))
-            .map(|d| <serde_yaml_ng::Value as serde::Deserialize>::deserialize(d).expect("doc"))
-            .filter(|d| d["kind"].as_str() == Some("PodDisruptionBudget"))
-            .map(|d| d["apiVersion"].as_str().unwrap_or_default().to_string())
-            .collect::<BTreeSet<String>>()
-    };
-    // As the operator applies them: 1.20 serves no policy/v1.
-    assert_eq!(
-        pdb_versions(Some("1.20")),
-        BTreeSet::from(["policy/v1beta1".to_string()])
-    );
-    assert_eq!(
-        pdb_versions(None),
-        BTreeSet::from(["policy/v1".to_string()])
-    );
+    let out = run(&["render", "-f", stack.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let versions = serde_yaml_ng::Deserializer::from_str(&text(&out.stdout))
+        .map(|d| <serde_yaml_ng::Value as serde::Deserialize>::deserialize(d).expect("doc"))
+        .filter(|d| d["kind"].as_str() == Some("PodDisruptionBudget"))
+        .map(|d| d["apiVersion"].as_str().unwrap_or_default().to_string())
+        .collect::<BTreeSet<String>>();
+    assert_eq!(versions, BTreeSet::from(["policy/v1".to_string()]));
+}
+
+/// `render --kube-version` renders the same objects for every supported version, and
+/// refuses an older one with nothing rendered.
+#[test]
+fn render_refuses_a_cluster_older_than_the_oldest_supported() {
+    let stack = samples().join("lokistack-zone-aware.yaml");
+    let stack = stack.to_str().unwrap();
+    let plain = run(&["render", "-f", stack]);
+    assert_eq!(plain.status.code(), Some(0), "{}", text(&plain.stderr));
+    let plain = text(&plain.stdout);
+    assert!(plain.contains("trafficDistribution: PreferClose"));
+    assert!(plain.contains("nodeTaintsPolicy: Honor"));
+    for version in ["1.31", "1.31+", "v1.35.4"] {
+        let out = run(&["render", "-f", stack, "--kube-version", version]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{version}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(text(&out.stdout), plain, "{version}");
+    }
+    for version in ["1.30", "1.20+", "v1.20.2"] {
+        let out = run(&["render", "-f", stack, "--kube-version", version]);
+        assert_eq!(out.status.code(), Some(2), "{version}");
+        assert!(out.stdout.is_empty(), "{version}");
+        let want = format!("Kubernetes 1.31 or later is required; the target cluster is {version}");
+        assert!(text(&out.stderr).contains(&want), "{}", text(&out.stderr));
+    }
+    let out = run(&["render", "-f", stack, "--kube-version", "latest"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("invalid Kubernetes version \"latest\""));
 }
 
 /// `render --rules` renders the rule files and RulerConfig of the objects the stack

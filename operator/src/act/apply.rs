@@ -36,7 +36,7 @@ use crate::model::conditions::Reason;
 use crate::model::names;
 use crate::observe::{version_of, ChildState, Snapshot};
 use crate::render::kinds::ChildKind;
-use crate::render::{Child, ServerCapabilities};
+use crate::render::Child;
 
 /// Applies of one stack in flight at once: a new 1x.demo stack has 25 children after
 /// its ServiceAccount and ConfigMap. Bounded so that one stack's apply cannot crowd out
@@ -331,15 +331,13 @@ type Memory = HashMap<StackKey, HashMap<(ChildKind, String), Applied>>;
 
 pub struct Applier {
     client: Client,
-    caps: ServerCapabilities,
     memory: Mutex<Memory>,
 }
 
 impl Applier {
-    pub fn new(client: Client, caps: ServerCapabilities) -> Self {
+    pub fn new(client: Client) -> Self {
         Applier {
             client,
-            caps,
             memory: Mutex::new(HashMap::new()),
         }
     }
@@ -351,7 +349,7 @@ impl Applier {
     }
 
     fn api(&self, namespace: &str, kind: ChildKind) -> (Api<DynamicObject>, ApiResource) {
-        let resource = kind.resource(&self.caps);
+        let resource = kind.resource();
         let api = Api::namespaced_with(self.client.clone(), namespace, &resource);
         (api, resource)
     }
@@ -441,9 +439,6 @@ impl Applier {
             name: name.clone(),
             source,
         })?;
-        // The rendered type may be newer than what the server serves (policy/v1beta1
-        // PodDisruptionBudgets before 1.21; the fields are the same).
-        json["apiVersion"] = Value::String(resource.api_version.clone());
         let hash = applied_hash(&json);
         json["metadata"]["annotations"][names::ANNOTATION_APPLIED_HASH] =
             Value::String(hash.clone());
@@ -521,7 +516,6 @@ impl Applier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::ServerCapabilities;
     use crate::testing::cluster::FakeCluster;
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::ConfigMap;
@@ -531,8 +525,8 @@ mod tests {
     /// wave is applied, nothing stale is removed, and the refusal is returned.
     #[tokio::test]
     async fn a_refused_rules_config_map_holds_back_only_the_removals() {
-        let cluster = FakeCluster::new(ServerCapabilities::MODERN);
-        let applier = Applier::new(cluster.client.clone(), cluster.capabilities);
+        let cluster = FakeCluster::new();
+        let applier = Applier::new(cluster.client.clone());
         let snapshot = Snapshot {
             namespace: "ns".into(),
             name: "s".into(),

@@ -17,7 +17,7 @@ const NS: &str = "logging";
 /// A cluster with nodes n-a (zone-a) and n-b (zone-b) and a zone-aware stack `s`, and
 /// the annotator of a term running over it.
 fn start() -> (FakeCluster, tokio::task::JoinHandle<()>) {
-    let cluster = FakeCluster::new(crate::render::ServerCapabilities::MODERN);
+    let cluster = FakeCluster::new();
     for z in ["a", "b"] {
         cluster.put(testing::node(
             &format!("n-{z}"),
@@ -101,7 +101,7 @@ async fn a_bound_pod_gets_its_nodes_zone_once() {
 /// a pod of no stack's keys are left; a pod bound later is zoned when it is bound.
 #[tokio::test(start_paused = true)]
 async fn pods_bound_before_the_start_are_swept_and_unbound_ones_wait() {
-    let cluster = FakeCluster::new(crate::render::ServerCapabilities::MODERN);
+    let cluster = FakeCluster::new();
     cluster.put(testing::node("n-a", &[(ZONE, "zone-a")]));
     cluster.put(testing::stack(
         "s",

@@ -40,7 +40,6 @@ use crate::heartbeats::{self, NodeLeases};
 use crate::model::names;
 use crate::model::writers::keep_markers;
 use crate::render::kinds::ChildKind;
-use crate::render::ServerCapabilities;
 use crate::stores::index::{self, Index, KeyOf, StackKey};
 use crate::stores::keep::{
     node_fingerprint, strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
@@ -272,7 +271,6 @@ where
 /// acts.
 pub struct Sources<'a> {
     pub client: &'a Client,
-    pub capabilities: &'a ServerCapabilities,
     pub scope: &'a Scope,
     /// The ruler's kinds the server serves (`rules::served`).
     pub rule_kinds: &'a [RuleKind],
@@ -358,7 +356,7 @@ fn watch_every_child_kind(
         .into_iter()
         .filter(|k| *k != ChildKind::StatefulSet)
         .map(|kind| {
-            let resource = kind.resource(src.capabilities);
+            let resource = kind.resource();
             let (store, by_stack, task) =
                 watch_children(src.client, src.scope, kind, resource.clone(), taps);
             let cache = ChildCache {

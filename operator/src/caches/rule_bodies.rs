@@ -604,7 +604,6 @@ pub fn spawn(
 mod tests {
     use super::*;
     use crate::caches::scope::ScopedWriter;
-    use crate::render::ServerCapabilities;
     use crate::stores::index;
     use crate::testing::cluster::{key, FakeCluster};
     use crate::testing::rules::RuleFeeds;
@@ -832,7 +831,7 @@ mod tests {
     /// reasons, however large it is; one it accepts is held whole.
     #[tokio::test]
     async fn a_refused_body_is_kept_as_its_reasons_and_identity_only() {
-        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let fake = FakeCluster::new();
         let (mut metas, mut rules) = RuleFeeds::new();
         rules.bodies = Bodies::judged_by(Arc::new(|_, body: &DynamicObject| {
             let expr = body.data.pointer("/spec/groups/0/rules/0/expr");
@@ -884,7 +883,7 @@ mod tests {
 
     #[tokio::test]
     async fn only_picked_bodies_are_read_and_held() {
-        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let fake = FakeCluster::new();
         let (mut metas, rules) = RuleFeeds::new();
         let stacks = ready_stacks(&[stack(
             "ns",
@@ -990,7 +989,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_read_is_tried_again_and_a_ruler_config_follows_its_stack() {
-        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let fake = FakeCluster::new();
         let (mut metas, rules) = RuleFeeds::new();
         let stacks = ready_stacks(&[stack("ns", "s", json!({"enabled": true}))]);
         let taps = Taps::default();

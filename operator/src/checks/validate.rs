@@ -1,8 +1,9 @@
 //! The static rules of a LokiStack spec, checked in the reconciler.
 //!
-//! The CRD enforces the same rules at admission (OpenAPI constraints and CEL). API servers
-//! older than 1.25 ignore CEL, and a stack may predate a rule, so the reconciler checks
-//! them again and reports a Degraded `InvalidSpec` condition naming each field.
+//! The CRD enforces the same rules at admission (OpenAPI constraints and CEL). A stack may
+//! predate a rule (stored before the CRD that has it), and `render` reads stacks no
+//! server admitted, so the reconciler checks them again and reports a Degraded
+//! `InvalidSpec` condition naming each field.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -17,6 +17,7 @@ use kube::ResourceExt;
 
 use crate::caches::rules::{decode, RuleKind};
 use crate::checks::fields;
+use crate::checks::kube_version::KubeVersion;
 use crate::checks::validate::validate_stack;
 use crate::checks::zones::{self, ZoneCheck};
 use crate::model::api::LokiStack;
@@ -24,8 +25,7 @@ use crate::model::go_compat;
 use crate::model::names;
 use crate::observe::{PickedRule, RulesObserved, Snapshot};
 use crate::plan::{self, PlanError};
-use crate::render::kinds::ChildKind;
-use crate::render::{render, Child, ServerCapabilities, Settings};
+use crate::render::{render, to_yaml_stream, Settings};
 use crate::ruler::api::{RulerConfig, RulerConfigSpec};
 use crate::ruler::check::{check_ruler_config, selects};
 
@@ -58,45 +58,41 @@ pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
     serde_yaml_ng::to_string(&crate::model::api::crd())
 }
 
-/// Every CRD of the operator (LokiStack, AlertingRule, RecordingRule, RulerConfig) for a
-/// given server, each with the file name `manifests/crd/` commits it under: without CEL
-/// rules where the server predates them (the reconciler checks the same rules and
-/// reports them in the objects' status).
-pub fn crd_files_for(
-    caps: &ServerCapabilities,
-) -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
+/// Every CRD of the operator (LokiStack, AlertingRule, RecordingRule, RulerConfig), each
+/// with the file name `manifests/crd/` commits it under, CEL rules included: every
+/// supported server enforces them ([`MIN_KUBE_VERSION`](crate::checks::kube_version::MIN_KUBE_VERSION)).
+pub fn crd_files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
     crate::ruler::api::crds()
         .into_iter()
         .map(|crd| {
             let file = format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural);
-            let mut value = serde_json::to_value(&crd)
+            // Through a JSON value, whose keys are sorted: the order the files commit.
+            let value = serde_json::to_value(&crd)
                 .map_err(<serde_yaml_ng::Error as serde::ser::Error>::custom)?;
-            if !caps.crd_cel_rules {
-                strip_cel(&mut value);
-            }
             Ok((file, serde_yaml_ng::to_string(&value)?))
         })
         .collect()
 }
 
-/// [`crd_files_for`] as one YAML stream, LokiStack first, as `loki-zone-operator crd`
+/// [`crd_files`] as one YAML stream, LokiStack first, as `loki-zone-operator crd`
 /// prints it for `kubectl apply -f -`.
-pub fn crds_yaml_for(caps: &ServerCapabilities) -> Result<String, serde_yaml_ng::Error> {
-    Ok(crd_files_for(caps)?
+pub fn crds_yaml() -> Result<String, serde_yaml_ng::Error> {
+    Ok(crd_files()?
         .into_iter()
         .map(|(_, yaml)| format!("---\n{yaml}"))
         .collect())
 }
 
-fn strip_cel(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(map) => {
-            map.remove("x-kubernetes-validations");
-            map.values_mut().for_each(strip_cel);
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_cel),
-        _ => {}
-    }
+/// What `--kube-version` of `crd` and `render` takes: a version the operator supports.
+/// Their output is the same for every supported version; an older one is refused, so
+/// that nothing is printed for a cluster that would reject it.
+pub fn parse_kube_version(s: &str) -> Result<KubeVersion, String> {
+    let version = KubeVersion::parse(s)
+        .ok_or_else(|| format!("invalid Kubernetes version {s:?}: expected e.g. 1.35"))?;
+    version
+        .require_supported("the target cluster", s.trim())
+        .map_err(|e| e.to_string())?;
+    Ok(version)
 }
 
 fn input_err(file: &Path, message: impl Into<String>) -> CliError {
@@ -224,7 +220,6 @@ pub struct RenderRequest {
     pub rules_files: Vec<PathBuf>,
     pub namespace: Option<String>,
     pub settings: Settings,
-    pub capabilities: ServerCapabilities,
 }
 
 pub struct RenderOutput {
@@ -412,20 +407,6 @@ fn snapshot_of(
     Ok((snapshot, unresolved, notes))
 }
 
-/// The YAML stream for `kubectl apply -f -`, each object under the API version the server
-/// serves its kind as, as the operator applies it (`policy/v1beta1` PodDisruptionBudgets
-/// before 1.21: the rendered type is newer, with the same fields).
-fn yaml_stream(children: &[Child], caps: &ServerCapabilities) -> Result<String, String> {
-    let mut out = String::new();
-    for c in children {
-        let mut json = c.to_json().map_err(|e| e.to_string())?;
-        json["apiVersion"] = ChildKind::of(c).resource(caps).api_version.into();
-        out.push_str("---\n");
-        out.push_str(&serde_yaml_ng::to_string(&json).map_err(|e| e.to_string())?);
-    }
-    Ok(out)
-}
-
 pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
     let mut stack = parse_stack(&req.stack_file, &read(&req.stack_file)?)?;
     if let Some(ns) = &req.namespace {
@@ -462,8 +443,8 @@ pub fn render_files(req: &RenderRequest) -> Result<RenderOutput, CliError> {
             Some("zone check: not zone-aware (spec.replication.zones is empty)".to_string())
         }
     };
-    let children = render(&resolution.input, &req.settings, &req.capabilities)?;
-    let yaml = yaml_stream(&children, &req.capabilities)
+    let children = render(&resolution.input, &req.settings)?;
+    let yaml = to_yaml_stream(&children)
         .map_err(|e| input_err(&req.stack_file, format!("cannot serialise: {e}")))?;
     let warning = go_compat::warning(&go_compat::unsupported_fields(&stack.spec));
     Ok(RenderOutput {

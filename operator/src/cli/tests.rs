@@ -65,11 +65,9 @@ fn planned(stack: &LokiStack, secret: &Secret, nodes: &[Node], settings: &Settin
         now: Timestamp::now(),
         ..Snapshot::default()
     };
-    let intent = plan::plan(stack, &snapshot, settings, &ServerCapabilities::MODERN).expect("plan");
+    let intent = plan::plan(stack, &snapshot, settings).expect("plan");
     match intent.action {
-        Action::Apply { children, .. } => {
-            yaml_stream(&children, &ServerCapabilities::MODERN).expect("yaml")
-        }
+        Action::Apply { children, .. } => to_yaml_stream(&children).expect("yaml"),
         Action::HoldBack => panic!("held back: {:?}", intent.findings.hold_back()),
     }
 }
@@ -91,7 +89,6 @@ fn rendered(
         rules_files: Vec::new(),
         namespace: None,
         settings: settings.clone(),
-        capabilities: ServerCapabilities::MODERN,
     };
     render_files(&req).expect("render").yaml
 }

@@ -31,7 +31,7 @@ use crate::caches::scope::Scope;
 use crate::caches::taps::Taps;
 use crate::checks::kube_version::{self, KubeVersion};
 use crate::model::names;
-use crate::render::{ServerCapabilities, Settings};
+use crate::render::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server;
 use crate::webhook::{self, WebhookConfig};
@@ -136,18 +136,17 @@ async fn wait_for_crd(client: &Client, shutdown: &watch::Receiver<bool>) -> Resu
     }
 }
 
-/// Asks the server its version: what it can take decides a few rendered fields. A
-/// server older than the operator supports is refused before anything else is done.
-async fn capabilities(client: &Client) -> Result<ServerCapabilities, RunError> {
+/// Asks the server its version, and refuses one older than the operator supports
+/// before anything else is done: what the operator renders and registers is what the
+/// oldest supported server takes, with no fallback for an older one.
+async fn connect(client: &Client) -> Result<(), RunError> {
     let version = client
         .apiserver_version()
         .await
         .map_err(RunError::Version)?;
     check_server_version(&version)?;
-    let caps = ServerCapabilities::parse(&format!("{}.{}", version.major, version.minor))
-        .unwrap_or(ServerCapabilities::MODERN);
-    info!(version = %version.git_version, capabilities = ?caps, "connected to the API server");
-    Ok(caps)
+    info!(version = %version.git_version, "connected to the API server");
+    Ok(())
 }
 
 /// The version a server behaves as: the one it emulates where it says so (a server run
@@ -181,7 +180,7 @@ fn check_server_version(info: &Info) -> Result<(), RunError> {
 }
 
 pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
-    let capabilities = capabilities(&client).await?;
+    connect(&client).await?;
     cfg.settings.operator_image =
         own_image::pin(&client, &cfg.settings.operator_image, cfg.own_pod.as_ref()).await;
     let metrics = Arc::new(Metrics::default());
@@ -195,7 +194,7 @@ pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
     ));
     wait_for_crd(&client, &shutdown).await?;
     let (parts, process_tasks, webhook_server) =
-        start_process(&client, &cfg, capabilities, metrics, &ready).await?;
+        start_process(&client, &cfg, metrics, &ready).await?;
     let lease_client = cfg.lease_client.clone().unwrap_or_else(|| client.clone());
     let elector = cfg.leader.clone().map(|l| Elector::new(lease_client, l));
     let result = loop {
@@ -232,7 +231,6 @@ pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
 async fn start_process(
     client: &Client,
     cfg: &RunConfig,
-    capabilities: ServerCapabilities,
     metrics: Arc<Metrics>,
     ready: &server::Readiness,
 ) -> Result<(Parts, Vec<JoinHandle<()>>, webhook::serve::Server), RunError> {
@@ -241,7 +239,6 @@ async fn start_process(
     let rule_kinds = crate::caches::rules::served(client).await;
     let sources = Sources {
         client,
-        capabilities: &capabilities,
         scope: &cfg.scope,
         rule_kinds: &rule_kinds,
         judge: crate::plan::rules::judge(),
@@ -263,7 +260,6 @@ async fn start_process(
         client: client.clone(),
         caches,
         taps,
-        capabilities,
         settings: cfg.settings.clone(),
         resync: cfg.resync,
         secret_poll: cfg.secret_poll,

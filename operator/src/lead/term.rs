@@ -31,7 +31,7 @@ use crate::caches::secrets;
 use crate::caches::stacks;
 use crate::caches::taps::Taps;
 use crate::reconcile::{self, Context};
-use crate::render::{ServerCapabilities, Settings};
+use crate::render::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::webhook::eviction::Grants;
 use crate::webhook::registration::{self, Keeper};
@@ -48,7 +48,6 @@ pub struct Parts {
     pub client: Client,
     pub caches: Caches,
     pub taps: Taps,
-    pub capabilities: ServerCapabilities,
     pub settings: Settings,
     /// How often a stack is looked at with nothing changed.
     pub resync: Duration,
@@ -70,9 +69,8 @@ fn reconcile_context(p: &Parts, webhook_coverage: WebhookCoverage) -> Arc<Contex
     Arc::new(Context {
         client: p.client.clone(),
         caches: p.caches.clone(),
-        applier: Applier::new(p.client.clone(), p.capabilities),
+        applier: Applier::new(p.client.clone()),
         settings: p.settings.clone(),
-        capabilities: p.capabilities,
         notify: p.notify.clone(),
         metrics: p.metrics.clone(),
         resync: p.resync,
@@ -275,7 +273,7 @@ mod tests {
     /// A cluster with a zone-aware 1x.demo stack `s`, what it needs, a node in zone-a,
     /// and the zone-at-bind configuration an earlier run registered.
     fn cluster() -> FakeCluster {
-        let cluster = FakeCluster::new(ServerCapabilities::MODERN);
+        let cluster = FakeCluster::new();
         cluster.put_storage(NS);
         cluster.put(testing::node("n-a", &[(ZONE, "zone-a")]));
         cluster.put(testing::stack(
@@ -299,7 +297,6 @@ mod tests {
             client,
             caches: cluster.caches.clone(),
             taps: cluster.taps.clone(),
-            capabilities: cluster.capabilities,
             settings: Settings::default(),
             resync: Duration::from_secs(300),
             secret_poll: Duration::from_secs(120),

@@ -2,8 +2,8 @@
 //! the fields this operator supports.
 //!
 //! Doc comments become the CRD's field descriptions. Static rules live here as OpenAPI
-//! constraints and CEL rules; `checks/validate.rs` checks the same rules
-//! again in the reconciler, because API servers older than 1.25 ignore CEL.
+//! constraints and CEL rules; `checks/validate.rs` checks the same rules again in the
+//! reconciler and in `render`, because a stack stored before a rule existed never met it.
 
 use std::collections::BTreeMap;
 
@@ -400,9 +400,8 @@ pub struct ObjectStorageSecretSpec {
     pub credential_mode: Option<CredentialMode>,
 }
 
-/// Without this, an optional enum's schema lists `null` among its values, and a 1.20 API
-/// server rejects the whole CRD ("per-version schemas may not all be set to identical
-/// values"); `null` is not a value the field takes anyway.
+/// Without this, an optional enum's schema lists `null` among its values, which is not a
+/// value the field takes.
 fn credential_mode_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "string",

@@ -176,10 +176,6 @@ pub struct EffectiveStack {
     /// What the storage Secret says beyond its key names (the S3 endpoint); empty until
     /// the plan reads the Secret, and when rendering offline.
     pub store: StoreParams,
-    /// Disrupted zones (unavailable or in maintenance; single-key stacks only) that
-    /// stateless components are kept out of on servers whose spread constraints do not
-    /// honour taints; set by the plan.
-    pub avoid_zones: Vec<String>,
     /// The entry Services (distributor and query-frontend HTTP) ask Kubernetes to keep a
     /// client's traffic in its zone: on for zone-aware stacks unless their annotation
     /// ([`names::ANNOTATION_ZONE_LOCAL_SERVICES`]) says `"false"`; set by the plan.
@@ -416,7 +412,6 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         schemas,
         components,
         store: StoreParams::default(),
-        avoid_zones: Vec::new(),
         zone_local_services: zone_aware(spec),
         zone_gossip: zone_aware(spec),
         ingester_disruptions: 1,

@@ -114,11 +114,6 @@ pub const MAX_GOSSIP_ZONE_BYTES: usize = 16;
 pub const FLAG_GOSSIP_BRIDGE: &str = "-memberlist.zone-aware-routing.role=bridge";
 /// Where kubelets keep their node's Lease, named after the node.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
-/// Topology-aware hints, 1.23 to 1.26: the EndpointSlice controller gives each endpoint
-/// a zone hint, which kube-proxy follows.
-pub const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str = "service.kubernetes.io/topology-aware-hints";
-/// The same, under its name from 1.27 (the older one is deprecated).
-pub const ANNOTATION_TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
 
 /// The environment variable Loki expands into `common.ring.instance_availability_zone`.
 pub const ENV_ZONE: &str = "INSTANCE_AVAILABILITY_ZONE";
@@ -213,6 +208,6 @@ pub const ANNOTATION_WEBHOOK_PREVIOUS_CA_NOT_AFTER: &str =
     "loki.grafana.com/webhook-previous-ca-not-after";
 pub const ANNOTATION_WEBHOOK_CERT_NOT_AFTER: &str = "loki.grafana.com/webhook-cert-not-after";
 pub const ANNOTATION_WEBHOOK_CERT_HOSTS: &str = "loki.grafana.com/webhook-cert-hosts";
-/// The label Kubernetes (1.21+) sets on every namespace to its name: the webhook's
+/// The label Kubernetes sets on every namespace to its name: the webhook's
 /// namespace selector lists the namespaces of zone-aware stacks with it.
 pub const LABEL_NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";

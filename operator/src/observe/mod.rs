@@ -625,7 +625,6 @@ fn owned_statefulsets(
 mod tests {
     use super::*;
     use crate::caches::taps::Taps;
-    use crate::render::ServerCapabilities;
     use crate::testing::cluster::FakeCluster;
     use crate::testing::rules::RuleFeeds;
     use serde_json::json;
@@ -633,7 +632,7 @@ mod tests {
     /// A stack `ns/s` picking rules labelled `pick: yes`, an AlertingRule it picks and its
     /// RulerConfig, in the caches as metadata; no body read yet.
     fn picking() -> (FakeCluster, Caches, RulesSpec) {
-        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let fake = FakeCluster::new();
         let (mut feeds, rules) = RuleFeeds::new();
         let mut caches = fake.caches.clone();
         caches.rules = rules;

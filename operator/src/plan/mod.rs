@@ -30,7 +30,7 @@ use crate::model::go_compat;
 use crate::model::storage::{self as storage, check_ca, StorageSecretError, StoreParams};
 use crate::observe::Snapshot;
 use crate::render::kinds::ChildKind;
-use crate::render::{render, Child, RenderError, RenderInput, ServerCapabilities, Settings};
+use crate::render::{render, Child, RenderError, RenderInput, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -172,11 +172,7 @@ pub fn resolve_stack<'a>(
         },
         None => staging::stage(stack, snapshot, &resolved)?,
     };
-    // What a disrupted zone and the zone-disruption webhook change, and the stage's zones.
-    let avoid_zones = match (&findings.zone, resolved.zones.as_slice()) {
-        (Some(z), [_]) => z.disrupted().map(|u| u.zone.clone()).collect(),
-        _ => Vec::new(),
-    };
+    // What the zone-disruption webhook changes, and the stage's zones.
     let ingester_disruptions =
         if snapshot.disruptions_by_zone && staging::ingesters_zone_aware(snapshot) {
             per_zone_disruptions(stack, &resolved, findings.zone.as_ref())
@@ -187,7 +183,6 @@ pub fn resolve_stack<'a>(
     let input = RenderInput::new(
         stack,
         EffectiveStack {
-            avoid_zones,
             ingester_disruptions,
             zone_gossip,
             zones: stage.zones,
@@ -207,7 +202,6 @@ pub fn plan(
     stack: &LokiStack,
     snapshot: &Snapshot,
     settings: &Settings,
-    caps: &ServerCapabilities,
 ) -> Result<Intent, PlanError> {
     let Resolution {
         findings,
@@ -219,7 +213,7 @@ pub fn plan(
     let action = if findings.hold_back().is_some() {
         Action::HoldBack
     } else {
-        let mut children = render(&input, settings, caps)?;
+        let mut children = render(&input, settings)?;
         // Stale before holding: a held StatefulSet is still wanted, never removed.
         let (stale, left) = not_rendered(snapshot, &children);
         if zone_outage(&findings) && !rollout::forced(stack) {
@@ -397,7 +391,7 @@ mod tests {
             .collect();
         snap.disruptions_by_zone = webhook;
         snap.pods = pods.into_iter().map(Arc::new).collect();
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         let Action::Apply { children, .. } = &p.action else {
             panic!("applied");
         };
@@ -441,7 +435,7 @@ mod tests {
             (ChildKind::StatefulSet, "s-ingester".into()),
             ChildState::ours("g1"),
         );
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         let Action::Apply {
             children,
             stale,
@@ -463,7 +457,7 @@ mod tests {
             .iter()
             .map(|z| Arc::new(node(z, &[(ZONE, z)])))
             .collect();
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         assert!(matches!(p.action, Action::HoldBack));
         assert_eq!(
             p.findings.hold_back().map(|d| d.0),
@@ -476,7 +470,7 @@ mod tests {
         let s = stack("s", stack_spec(LokiStackSize::Demo));
         let mut snap = snapshot_for(&s);
         snap.secret = None;
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         assert!(matches!(p.action, Action::HoldBack));
         assert_eq!(
             p.findings.hold_back().map(|d| d.0),
@@ -490,7 +484,7 @@ mod tests {
         let mut snap = snapshot_for(&s);
         snap.secret = None;
         snap.secret_unreadable = Some("secrets \"s3\" is forbidden".into());
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         assert!(matches!(p.action, Action::HoldBack));
         let (reason, message) = p.findings.hold_back().expect("held back");
         assert_eq!(reason, Reason::MissingObjectStorageSecret);
@@ -519,7 +513,7 @@ mod tests {
             (ChildKind::StatefulSet, "s-ingester".into()),
             ChildState::ours("g1"),
         );
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         assert_eq!(p.held, ["s-ingester"]);
         let Action::Apply {
             children, stale, ..
@@ -546,7 +540,7 @@ mod tests {
             )]
             .into(),
         );
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         assert!(p.held.is_empty());
     }
 
@@ -557,8 +551,7 @@ mod tests {
         let mut s = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
         let snap = snapshot_for(&s);
         let with = |s: &LokiStack| {
-            let p =
-                plan(s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+            let p = plan(s, &snap, &Settings::default()).expect("plan");
             (p.eff.zone_local_services, p.findings.annotation)
         };
         assert_eq!(with(&s), (true, None));
@@ -599,7 +592,7 @@ mod tests {
                 .collect()
         };
         let with = |s: &LokiStack, snap: &Snapshot| {
-            let p = plan(s, snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+            let p = plan(s, snap, &Settings::default()).expect("plan");
             (p.eff.zone_gossip, p.findings.gossip_zones_too_long)
         };
         snap.nodes = zones(&["us-east-1a", "us-east-1b", "europe-west12-c"]);
@@ -632,7 +625,7 @@ mod tests {
             .insert((ChildKind::Deployment, "s-gateway".into()), go.clone());
         snap.children
             .insert((ChildKind::StatefulSet, "s-ingester".into()), go);
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         let Action::Apply {
             children,
             stale,
@@ -658,7 +651,7 @@ mod tests {
         });
         let s = stack("s", spec);
         let mut snap = snapshot_for(&s);
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         assert!(matches!(p.action, Action::HoldBack));
         let (reason, message) = p.findings.hold_back().expect("held back");
         assert_eq!(reason, Reason::MissingObjectStorageCAConfigMap);
@@ -668,13 +661,13 @@ mod tests {
         );
 
         snap.storage_ca_keys = Some(["ca.crt".to_string()].into());
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         let (reason, message) = p.findings.hold_back().expect("held back");
         assert_eq!(reason, Reason::InvalidObjectStorageCAConfigMap);
         assert!(message.contains("its keys: ca.crt"), "{message}");
 
         snap.storage_ca_keys = Some(["service-ca.crt".to_string()].into());
-        let p = plan(&s, &snap, &Settings::default(), &ServerCapabilities::MODERN).expect("plan");
+        let p = plan(&s, &snap, &Settings::default()).expect("plan");
         assert!(
             matches!(p.action, Action::Apply { .. }),
             "{:?}",

@@ -359,7 +359,7 @@ mod tests {
     use super::*;
     use crate::model::api::{LokiStackSize, LokiStackStatus};
     use crate::model::defaults::effective;
-    use crate::render::{documents, ServerCapabilities, Settings};
+    use crate::render::{documents, Settings};
     use crate::testing;
     use crate::testing::{stack, stack_spec, zoned_spec, ZONE};
 
@@ -421,12 +421,7 @@ mod tests {
 
     /// The rendered config file of `component`'s pod template, and the ConfigMap's files.
     fn config_of(s: &LokiStack, eff: &EffectiveStack, component: &str) -> (String, Vec<String>) {
-        let docs = documents(
-            &RenderInput::new(s, eff.clone()),
-            &Settings::default(),
-            &ServerCapabilities::MODERN,
-        )
-        .unwrap();
+        let docs = documents(&RenderInput::new(s, eff.clone()), &Settings::default()).unwrap();
         let mut file = String::new();
         let mut files = Vec::new();
         for d in &docs {
@@ -612,13 +607,7 @@ mod tests {
         // Loki's window applies meanwhile.
         assert!(message.contains("until 3h after that"), "{message}");
         // ... and the plan shows it as a Warning condition.
-        let p = crate::plan::plan(
-            &s,
-            &snapshot(vec![], T0),
-            &Settings::default(),
-            &ServerCapabilities::MODERN,
-        )
-        .unwrap();
+        let p = crate::plan::plan(&s, &snapshot(vec![], T0), &Settings::default()).unwrap();
         assert_eq!(p.findings.annotation.as_deref(), Some(note.as_str()));
     }
 

@@ -37,7 +37,7 @@ use crate::model::conditions::{EventReason, Happening};
 use crate::model::names;
 use crate::observe::{observe, ObserveError, Snapshot};
 use crate::plan::{failover, plan, PlanError};
-use crate::render::{ServerCapabilities, Settings};
+use crate::render::Settings;
 use crate::status;
 use crate::telemetry::metrics::{Metrics, StackView};
 
@@ -58,7 +58,6 @@ pub struct Context {
     pub caches: Caches,
     pub applier: Applier,
     pub settings: Settings,
-    pub capabilities: ServerCapabilities,
     pub notify: Notifier,
     pub metrics: Arc<Metrics>,
     /// How often a stack is looked at with nothing changed (it sends no writes then).
@@ -179,7 +178,7 @@ struct Next {
 /// observe → plan → act → report. A failed apply is an error once the status shows it.
 async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Next, ReconcileError> {
     let snapshot = observe(&ctx.client, &ctx.caches, &ctx.webhook_coverage, stack).await?;
-    let intent = plan(stack, &snapshot, &ctx.settings, &ctx.capabilities)?;
+    let intent = plan(stack, &snapshot, &ctx.settings)?;
     let (done, applied) = execute(&ctx.actor(), &snapshot, &intent).await;
     let report = status::report::report(stack, &snapshot, &intent, &done);
     // Before the status is written: whoever reads the written status and then the

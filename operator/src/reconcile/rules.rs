@@ -227,7 +227,6 @@ async fn pass(client: &Client, caches: &Caches, settled: &mut Settled) -> bool {
 mod tests {
     use super::*;
     use crate::caches::taps::Taps;
-    use crate::render::ServerCapabilities;
     use crate::testing::cluster::{key, FakeCluster};
     use crate::testing::rules::RuleFeeds;
     use serde_json::{json, Value};
@@ -302,7 +301,7 @@ mod tests {
     /// NotSelected, once more after that write, and then no more.
     #[tokio::test]
     async fn unpicked_rules_cost_no_read_and_idle_passes_no_request() {
-        let fake = FakeCluster::new(ServerCapabilities::MODERN);
+        let fake = FakeCluster::new();
         let (mut feeds, rules) = RuleFeeds::new();
         let mut caches = fake.caches.clone();
         caches.rules = rules;

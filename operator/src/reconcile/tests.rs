@@ -21,7 +21,7 @@ struct World {
 impl World {
     /// A current server with the stack's StorageClass and storage Secret.
     fn new() -> World {
-        let cluster = FakeCluster::new(ServerCapabilities::MODERN);
+        let cluster = FakeCluster::new();
         cluster.put_storage(NS);
         let ctx = term(&cluster);
         World { cluster, ctx }
@@ -43,9 +43,8 @@ fn term(cluster: &FakeCluster) -> Arc<Context> {
     Arc::new(Context {
         client: client.clone(),
         caches: cluster.caches.clone(),
-        applier: Applier::new(client, cluster.capabilities),
+        applier: Applier::new(client),
         settings: Settings::default(),
-        capabilities: cluster.capabilities,
         notify: cluster.notifier(),
         metrics: Arc::new(Metrics::default()),
         resync: Duration::from_secs(300),

@@ -21,9 +21,7 @@ use crate::model::api::{
 };
 use crate::model::defaults::{effective, EffectiveStack};
 use crate::model::names;
-use crate::render::{
-    documents, loki_config, RenderInput, ServerCapabilities, Settings, DEFAULT_LOKI_IMAGE,
-};
+use crate::render::{documents, loki_config, RenderInput, Settings, DEFAULT_LOKI_IMAGE};
 use crate::testing::{stack, stack_spec, zoned_spec, ZONE};
 
 const REFERENCE_JSON: &str = include_str!("testdata/loki-config-reference.json");
@@ -538,12 +536,8 @@ fn variants() -> Vec<(String, LokiStack, EffectiveStack)> {
 }
 
 fn runtime_config(s: &LokiStack, eff: &EffectiveStack) -> String {
-    let docs = documents(
-        &RenderInput::new(s, eff.clone()),
-        &Settings::default(),
-        &ServerCapabilities::MODERN,
-    )
-    .expect("documents");
+    let docs =
+        documents(&RenderInput::new(s, eff.clone()), &Settings::default()).expect("documents");
     let cm = docs
         .iter()
         .find(|d| d.kind == "ConfigMap")

@@ -3,9 +3,10 @@
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{ApiResource, GroupVersionKind};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ApiResource;
 
-use crate::render::{Child, ServerCapabilities};
+use crate::render::Child;
 
 /// A kind `render` produces. The order of [`ChildKind::ALL`] is the apply order: what a
 /// workload mounts or runs as exists before the workload.
@@ -55,9 +56,8 @@ impl ChildKind {
         }
     }
 
-    /// The resource as this server serves it: PodDisruptionBudgets are `policy/v1beta1`
-    /// before Kubernetes 1.21 (same fields as `policy/v1` for what we render).
-    pub fn resource(self, caps: &ServerCapabilities) -> ApiResource {
+    /// The API resource the kind is served as: the version `render` produces it in.
+    pub fn resource(self) -> ApiResource {
         match self {
             ChildKind::ServiceAccount => ApiResource::erase::<ServiceAccount>(&()),
             ChildKind::ConfigMap => ApiResource::erase::<ConfigMap>(&()),
@@ -65,14 +65,7 @@ impl ChildKind {
             ChildKind::NetworkPolicy => ApiResource::erase::<NetworkPolicy>(&()),
             ChildKind::Deployment => ApiResource::erase::<Deployment>(&()),
             ChildKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
-            ChildKind::PodDisruptionBudget => {
-                let version = if caps.pdb_v1 { "v1" } else { "v1beta1" };
-                ApiResource::from_gvk(&GroupVersionKind::gvk(
-                    "policy",
-                    version,
-                    "PodDisruptionBudget",
-                ))
-            }
+            ChildKind::PodDisruptionBudget => ApiResource::erase::<PodDisruptionBudget>(&()),
         }
     }
 }
@@ -88,19 +81,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pdb_version_follows_the_server() {
-        let old = ServerCapabilities::for_version(1, 20);
-        let new = ServerCapabilities::for_version(1, 30);
+    fn each_kind_is_served_as_the_version_it_is_rendered_in() {
         assert_eq!(
-            ChildKind::PodDisruptionBudget.resource(&old).api_version,
-            "policy/v1beta1"
-        );
-        assert_eq!(
-            ChildKind::PodDisruptionBudget.resource(&new).api_version,
+            ChildKind::PodDisruptionBudget.resource().api_version,
             "policy/v1"
         );
         for k in ChildKind::ALL {
-            assert_eq!(k.resource(&new).kind, k.as_str());
+            assert_eq!(k.resource().kind, k.as_str());
         }
     }
 }

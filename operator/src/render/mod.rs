@@ -119,107 +119,6 @@ impl Default for Settings {
     }
 }
 
-/// What the API server supports, from its version. The product targets Kubernetes 1.30+;
-/// older servers get the same objects without the fields they would reject.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ServerCapabilities {
-    /// `matchLabelKeys` in spread constraints (beta, on by default, from 1.27): a rolling
-    /// Deployment spreads its new pods among themselves, not against the old ReplicaSet.
-    pub spread_match_label_keys: bool,
-    /// `nodeTaintsPolicy: Honor` (beta from 1.26): tainted nodes, such as those of a lost
-    /// zone, do not count as domains, so pods still schedule in the zones that remain.
-    pub spread_node_taints_policy: bool,
-    /// `policy/v1` PodDisruptionBudget (1.21+); older servers get `policy/v1beta1`.
-    pub pdb_v1: bool,
-    /// CEL rules in CRDs (`x-kubernetes-validations`, 1.25+). Older servers reject them
-    /// under server-side apply; the reconciler enforces the same rules anyway.
-    pub crd_cel_rules: bool,
-    /// How a Service asks for traffic to stay in the client's zone.
-    pub zone_local_routing: ZoneLocalRouting,
-}
-
-/// How a Service asks kube-proxy (or a service mesh reading the same fields) to prefer
-/// endpoints in the client's zone, by server version. Each falls back to every endpoint
-/// when the client's zone has none, so a lost zone never strands a client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ZoneLocalRouting {
-    /// Before 1.23: nothing to ask.
-    None,
-    /// 1.23 to 1.26: `service.kubernetes.io/topology-aware-hints: auto`.
-    HintsAnnotation,
-    /// 1.27 to 1.30: `service.kubernetes.io/topology-mode: Auto`. The EndpointSlice
-    /// controller hints endpoints by zone only while every zone has enough of them for
-    /// its share of the nodes' CPU; otherwise it sets no hints and traffic goes anywhere.
-    TopologyMode,
-    /// 1.31 and later (1.30 behind its feature gate, which the server does not show):
-    /// `spec.trafficDistribution: PreferClose`, endpoints of the client's zone whenever
-    /// it has any, without the CPU-proportion safeguard.
-    TrafficDistribution,
-}
-
-impl ZoneLocalRouting {
-    fn for_version(at_least: impl Fn(u32) -> bool) -> ZoneLocalRouting {
-        if at_least(31) {
-            ZoneLocalRouting::TrafficDistribution
-        } else if at_least(27) {
-            ZoneLocalRouting::TopologyMode
-        } else if at_least(23) {
-            ZoneLocalRouting::HintsAnnotation
-        } else {
-            ZoneLocalRouting::None
-        }
-    }
-
-    /// The Service annotation and `trafficDistribution` value that ask for it.
-    fn fields(self) -> (Option<(&'static str, &'static str)>, Option<&'static str>) {
-        match self {
-            ZoneLocalRouting::None => (None, None),
-            ZoneLocalRouting::HintsAnnotation => {
-                (Some((names::ANNOTATION_TOPOLOGY_AWARE_HINTS, "auto")), None)
-            }
-            ZoneLocalRouting::TopologyMode => {
-                (Some((names::ANNOTATION_TOPOLOGY_MODE, "Auto")), None)
-            }
-            ZoneLocalRouting::TrafficDistribution => (None, Some("PreferClose")),
-        }
-    }
-}
-
-impl ServerCapabilities {
-    pub const MODERN: ServerCapabilities = ServerCapabilities {
-        spread_match_label_keys: true,
-        spread_node_taints_policy: true,
-        pdb_v1: true,
-        crd_cel_rules: true,
-        zone_local_routing: ZoneLocalRouting::TrafficDistribution,
-    };
-
-    pub fn for_version(major: u32, minor: u32) -> ServerCapabilities {
-        let at_least = |m: u32| major > 1 || (major == 1 && minor >= m);
-        ServerCapabilities {
-            spread_match_label_keys: at_least(27),
-            spread_node_taints_policy: at_least(27),
-            pdb_v1: at_least(21),
-            crd_cel_rules: at_least(25),
-            zone_local_routing: ZoneLocalRouting::for_version(at_least),
-        }
-    }
-
-    /// Parses `1.20`, `1.27+` or `v1.30.2` style versions, as `--kube-version` or the
-    /// API server's `/version` give them.
-    pub fn parse(version: &str) -> Option<ServerCapabilities> {
-        let v = version.trim().trim_start_matches('v');
-        let mut parts = v.split('.');
-        let major = parts.next()?.trim_end_matches('+').parse().ok()?;
-        let minor_digits: String = parts
-            .next()?
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        Some(Self::for_version(major, minor_digits.parse().ok()?))
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
     #[error("embedded templates failed to load: {0}")]
@@ -584,27 +483,13 @@ fn stack_ctx(stack: &LokiStack) -> Value {
     })
 }
 
-fn zone_ctx(
-    eff: &EffectiveStack,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-    kind: WorkloadKind,
-) -> Value {
+fn zone_ctx(eff: &EffectiveStack, settings: &Settings, kind: WorkloadKind) -> Value {
     if !eff.zone_aware() {
         return Value::Null;
     }
     // A StatefulSet replaces pods in place and its pods follow their volumes' zones, so
     // only Deployments need their rollout spread by pod-template-hash.
-    let match_label_keys = (caps.spread_match_label_keys && kind == WorkloadKind::Deployment)
-        .then(|| vec!["pod-template-hash"]);
-    // Servers that honour taints in spread constraints leave a lost zone out by its
-    // unreachable taints; older ones need the affinity (see _zone.tera).
-    let avoid = match (eff.zones.as_slice(), eff.avoid_zones.is_empty()) {
-        ([z], false) if kind == WorkloadKind::Deployment && !caps.spread_node_taints_policy => {
-            json!({"key": z.topology_key, "values": eff.avoid_zones})
-        }
-        _ => Value::Null,
-    };
+    let match_label_keys = (kind == WorkloadKind::Deployment).then(|| vec!["pod-template-hash"]);
     json!({
         "entries": eff.zones,
         "keys_joined": eff.topology_keys().join(names::ZONE_KEYS_SEPARATOR),
@@ -622,8 +507,6 @@ fn zone_ctx(
         "image": settings.operator_image,
         "timeout": settings.zone_wait_timeout,
         "match_label_keys": match_label_keys,
-        "node_taints_policy": caps.spread_node_taints_policy,
-        "avoid": avoid,
         "hostname_key": names::LABEL_HOSTNAME,
     })
 }
@@ -745,7 +628,6 @@ fn update_strategy(eff: &EffectiveStack) -> &'static str {
 /// What the objects of every component of a stack are rendered with, beside the stack.
 struct Shared<'a> {
     settings: &'a Settings,
-    caps: &'a ServerCapabilities,
     /// The config file each component reads, and its hash.
     hashes: &'a ConfigHashes,
     /// The ruler's rules ConfigMaps, which its pods mount.
@@ -761,7 +643,6 @@ fn workload(
 ) -> Result<Document, RenderError> {
     let Shared {
         settings,
-        caps,
         hashes: config,
         rule_maps,
     } = shared;
@@ -770,12 +651,10 @@ fn workload(
     let (config_file, config_hash) = config.of(comp);
     let mut pod_labels = component_labels(name, comp);
     pod_labels.insert(names::LABEL_GOSSIP.into(), "true".into());
-    let zone = zone_ctx(eff, settings, caps, kind);
+    let zone = zone_ctx(eff, settings, kind);
     let anti_affinity = comp
         .template(&stack.spec)
         .and_then(|t| t.pod_anti_affinity.as_ref());
-    // One `affinity` for both: a lost zone's node affinity and the component's own.
-    let affinity = !zone["avoid"].is_null() || anti_affinity.is_some();
     let mut ctx = json!({
         "stack": stack_ctx(stack),
         "name": comp.workload_name(name),
@@ -791,7 +670,6 @@ fn workload(
         "node_selector": c.node_selector,
         "tolerations": c.tolerations,
         "zone": zone,
-        "affinity": affinity,
         "pod_anti_affinity": anti_affinity,
         "config_map": names::config_map_name(name),
         "update_strategy": update_strategy(eff),
@@ -819,7 +697,10 @@ struct Reach<'a> {
     port: (&'a str, i32),
     headless: bool,
     publish_not_ready: bool,
-    routing: ZoneLocalRouting,
+    /// `trafficDistribution: PreferClose`: kube-proxy (or a service mesh reading the same
+    /// field) sends a client to endpoints of its own zone whenever that zone has any,
+    /// and to every endpoint when it has none, so a lost zone never strands a client.
+    zone_local: bool,
 }
 
 fn service(
@@ -829,41 +710,27 @@ fn service(
     selector: BTreeMap<String, String>,
     reach: Reach<'_>,
 ) -> Result<Document, RenderError> {
-    let (annotation, traffic_distribution) = reach.routing.fields();
-    let annotations: Option<BTreeMap<&str, &str>> = annotation.map(|a| [a].into());
     let ctx = json!({
         "stack": stack_ctx(stack),
         "name": name,
         "labels": labels,
-        "annotations": annotations,
         "selector": selector,
         "port": {"name": reach.port.0, "port": reach.port.1},
         "headless": reach.headless,
         "publish_not_ready": reach.publish_not_ready,
-        "traffic_distribution": traffic_distribution,
+        "traffic_distribution": reach.zone_local.then_some("PreferClose"),
     });
     document("service.yaml.tera", "Service", &ctx)
 }
 
 /// Every object of one stack, typed, in apply order: ServiceAccount, ConfigMap, Services,
 /// then per component its workload and PDB.
-pub fn render(
-    input: &RenderInput,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-) -> Result<Vec<Child>, RenderError> {
-    documents(input, settings, caps)?
-        .iter()
-        .map(parse)
-        .collect()
+pub fn render(input: &RenderInput, settings: &Settings) -> Result<Vec<Child>, RenderError> {
+    documents(input, settings)?.iter().map(parse).collect()
 }
 
 /// The rendered templates of one stack, before parsing.
-pub fn documents(
-    input: &RenderInput,
-    settings: &Settings,
-    caps: &ServerCapabilities,
-) -> Result<Vec<Document>, RenderError> {
+pub fn documents(input: &RenderInput, settings: &Settings) -> Result<Vec<Document>, RenderError> {
     let (stack, eff) = (input.stack, &input.eff);
     let name = stack.metadata.name.clone().ok_or(RenderError::NoName)?;
     let common = common_labels(&name);
@@ -894,7 +761,6 @@ pub fn documents(
     }
     let shared = Shared {
         settings,
-        caps,
         hashes: &hashes,
         rule_maps: &rule_maps,
     };
@@ -1030,7 +896,7 @@ fn gossip_service(stack: &LokiStack, name: &str) -> Result<Document, RenderError
             port: (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
             headless: true,
             publish_not_ready: true,
-            routing: ZoneLocalRouting::None,
+            zone_local: false,
         },
     )
 }
@@ -1057,11 +923,7 @@ fn component_documents(
     // every pod and pick themselves), and ring members dial each other by pod address,
     // so nothing asked there would change a route.
     let entry = matches!(comp, Component::Distributor | Component::QueryFrontend);
-    let routing = if entry && eff.zone_local_services {
-        shared.caps.zone_local_routing
-    } else {
-        ZoneLocalRouting::None
-    };
+    let zone_local = entry && eff.zone_local_services;
     Ok(vec![
         service(
             stack,
@@ -1072,7 +934,7 @@ fn component_documents(
                 port: http,
                 headless: false,
                 publish_not_ready: false,
-                routing,
+                zone_local,
             },
         )?,
         service(
@@ -1084,7 +946,7 @@ fn component_documents(
                 port: grpc,
                 headless: true,
                 publish_not_ready: false,
-                routing: ZoneLocalRouting::None,
+                zone_local: false,
             },
         )?,
         workload(stack, name, eff, c, shared)?,

@@ -176,7 +176,7 @@ mod tests {
     use super::*;
     use crate::model::api::LokiStackSize;
     use crate::model::defaults::effective;
-    use crate::render::{render, Child, ServerCapabilities, Settings};
+    use crate::render::{render, Child, Settings};
     use crate::testing::{stack, stack_spec};
     use k8s_openapi::api::networking::v1::NetworkPolicy;
 
@@ -192,18 +192,14 @@ mod tests {
     }
 
     fn rendered(s: &LokiStack, eff: &EffectiveStack) -> Vec<NetworkPolicy> {
-        render(
-            &RenderInput::new(s, eff.clone()),
-            &Settings::default(),
-            &ServerCapabilities::MODERN,
-        )
-        .expect("render")
-        .into_iter()
-        .filter_map(|c| match c {
-            Child::NetworkPolicy(p) => Some(p),
-            _ => None,
-        })
-        .collect()
+        render(&RenderInput::new(s, eff.clone()), &Settings::default())
+            .expect("render")
+            .into_iter()
+            .filter_map(|c| match c {
+                Child::NetworkPolicy(p) => Some(p),
+                _ => None,
+            })
+            .collect()
     }
 
     fn named<'a>(ps: &'a [NetworkPolicy], name: &str) -> &'a NetworkPolicy {

@@ -9,18 +9,16 @@ use crate::model::api::{LokiStack, LokiStackSize, ObjectStorageSecretType, Rules
 use crate::model::defaults::{effective, Component};
 use crate::model::names;
 use crate::render::{
-    documents, loki_config, parse, render, to_yaml_stream, Child, RenderInput, ServerCapabilities,
-    Settings,
+    documents, loki_config, parse, render, to_yaml_stream, Child, RenderInput, Settings,
 };
 use crate::testing::{stack, stack_spec, zoned_spec, ZONE};
 
 const RACK: &str = "example.com/rack";
 
-fn render_stack(s: &LokiStack, caps: ServerCapabilities) -> Vec<Child> {
+fn render_stack(s: &LokiStack) -> Vec<Child> {
     render(
         &RenderInput::new(s, effective(&s.spec)),
         &Settings::default(),
-        &caps,
     )
     .expect("render")
 }
@@ -68,41 +66,34 @@ fn all_variants() -> Vec<(String, LokiStack)> {
 fn parsing_drops_no_field() {
     let mut checked = 0;
     for (label, s) in all_variants() {
-        for caps in [
-            ServerCapabilities::MODERN,
-            ServerCapabilities::for_version(1, 20),
-        ] {
-            let docs = documents(
-                &RenderInput::new(&s, effective(&s.spec)),
-                &Settings::default(),
-                &caps,
-            )
-            .expect("documents");
-            for doc in &docs {
-                let raw: Value =
-                    serde_yaml_ng::from_str(&doc.text).expect("template output is YAML");
-                let typed = parse(doc)
-                    .unwrap_or_else(|e| panic!("{label}: {e}"))
-                    .to_json()
-                    .expect("json");
-                assert_eq!(
-                    raw, typed,
-                    "{label}: {} lost or changed a field in parsing",
-                    doc.template
-                );
-                checked += 1;
-            }
+        let docs = documents(
+            &RenderInput::new(&s, effective(&s.spec)),
+            &Settings::default(),
+        )
+        .expect("documents");
+        for doc in &docs {
+            let raw: Value = serde_yaml_ng::from_str(&doc.text).expect("template output is YAML");
+            let typed = parse(doc)
+                .unwrap_or_else(|e| panic!("{label}: {e}"))
+                .to_json()
+                .expect("json");
+            assert_eq!(
+                raw, typed,
+                "{label}: {} lost or changed a field in parsing",
+                doc.template
+            );
+            checked += 1;
         }
     }
-    // 5 sizes x 3 zone settings x 5 storage types x 2 server versions, 31 objects each
-    // (ServiceAccount, ConfigMap, gossip Service, and 4 per component with the ruler).
-    assert_eq!(checked, 5 * 3 * 5 * 2 * 31);
+    // 5 sizes x 3 zone settings x 5 storage types, 31 objects each (ServiceAccount,
+    // ConfigMap, gossip Service, and 4 per component with the ruler).
+    assert_eq!(checked, 5 * 3 * 5 * 31);
 }
 
 #[test]
 fn objects_have_reference_names_labels_and_owner() {
     let s = stack("lokistack-dev", stack_spec(LokiStackSize::Small));
-    let children = render_stack(&s, ServerCapabilities::MODERN);
+    let children = render_stack(&s);
     let names_by_kind: Vec<(&str, &str)> = children.iter().map(|c| (c.kind(), c.name())).collect();
     for want in [
         ("ServiceAccount", "lokistack-dev"),
@@ -169,7 +160,7 @@ fn objects_have_reference_names_labels_and_owner() {
 fn offline_render_without_uid_has_no_owner_reference() {
     let mut s = stack("lokistack-dev", stack_spec(LokiStackSize::Demo));
     s.metadata.uid = None;
-    for c in render_stack(&s, ServerCapabilities::MODERN) {
+    for c in render_stack(&s) {
         assert!(c.meta().owner_references.is_none(), "{}", c.name());
     }
 }
@@ -180,7 +171,7 @@ fn every_zone_aware_pod_carries_every_zone_piece() {
         "lokistack-dev",
         zoned_spec(LokiStackSize::Small, 2, &[ZONE, RACK]),
     );
-    let children = render_stack(&s, ServerCapabilities::MODERN);
+    let children = render_stack(&s);
     let pods = pod_templates(&children);
     assert_eq!(pods.len(), 6, "six workloads without the ruler");
     for (name, pod) in pods {
@@ -297,33 +288,35 @@ fn every_zone_aware_pod_carries_every_zone_piece() {
     }
 }
 
+/// Deployments spread a rollout's new pods among themselves (`matchLabelKeys`), and
+/// every constraint leaves tainted nodes, such as a lost zone's, out of its domains.
 #[test]
-fn deployments_spread_rollouts_by_pod_template_hash_on_modern_servers_only() {
+fn deployments_spread_rollouts_by_pod_template_hash_and_every_spread_honours_taints() {
     let s = stack(
         "lokistack-dev",
-        zoned_spec(LokiStackSize::Small, 2, &[ZONE]),
+        zoned_spec(LokiStackSize::Small, 2, &[ZONE, RACK]),
     );
-    let keys = |children: &[Child], want: &str| -> Option<Vec<String>> {
-        pod_templates(children)
-            .into_iter()
-            .find(|(n, _)| n.ends_with(want))
-            .and_then(|(_, p)| {
-                p.spec?.topology_spread_constraints?[0]
-                    .match_label_keys
-                    .clone()
-            })
-    };
-    let modern = render_stack(&s, ServerCapabilities::MODERN);
-    assert_eq!(
-        keys(&modern, "-querier"),
-        Some(vec!["pod-template-hash".to_string()])
-    );
-    assert_eq!(keys(&modern, "-ingester"), None);
-    // Kubernetes 1.20 rejects matchLabelKeys and nodeTaintsPolicy under server-side apply.
-    let old = render_stack(&s, ServerCapabilities::for_version(1, 20));
-    let yaml = to_yaml_stream(&old).expect("yaml");
-    assert!(!yaml.contains("matchLabelKeys") && !yaml.contains("nodeTaintsPolicy"));
-    assert!(yaml.contains("topologySpreadConstraints"));
+    let templates = pod_templates(&render_stack(&s));
+    assert!(templates.len() >= 6, "{}", templates.len());
+    for (name, pod) in templates {
+        let spread = pod
+            .spec
+            .and_then(|p| p.topology_spread_constraints)
+            .expect("spread constraints");
+        // Two zone keys and the hostname.
+        assert_eq!(spread.len(), 3, "{name}");
+        let deployment = ["-distributor", "-querier", "-query-frontend"]
+            .iter()
+            .any(|c| name.ends_with(c));
+        for c in spread {
+            assert_eq!(c.node_taints_policy.as_deref(), Some("Honor"), "{name}");
+            assert_eq!(
+                c.match_label_keys,
+                deployment.then(|| vec!["pod-template-hash".to_string()]),
+                "{name}"
+            );
+        }
+    }
 }
 
 /// Strings that only a zone-aware stack may produce.
@@ -345,7 +338,7 @@ const ZONE_TRACES: &[&str] = &[
 #[test]
 fn statefulsets_of_zone_aware_stacks_are_rolled_by_the_operator() {
     let strategies = |s: &LokiStack| -> Vec<(String, String)> {
-        render_stack(s, ServerCapabilities::MODERN)
+        render_stack(s)
             .iter()
             .filter_map(|c| match c {
                 Child::StatefulSet(st) => Some((
@@ -388,7 +381,7 @@ fn statefulsets_of_zone_aware_stacks_are_rolled_by_the_operator() {
 #[test]
 fn the_query_frontend_is_ready_before_a_querier_connects() {
     let s = stack("lokistack-dev", stack_spec(LokiStackSize::Demo));
-    let pods = pod_templates(&render_stack(&s, ServerCapabilities::MODERN));
+    let pods = pod_templates(&render_stack(&s));
     let frontends = pods
         .iter()
         .filter(|(n, _)| n.ends_with("-query-frontend"))
@@ -418,37 +411,32 @@ fn zone_aware_pods_prefer_distinct_nodes_within_a_zone() {
         "lokistack-dev",
         zoned_spec(LokiStackSize::Small, 2, &[ZONE]),
     );
-    for caps in [
-        ServerCapabilities::MODERN,
-        ServerCapabilities::for_version(1, 20),
-    ] {
-        for (name, pod) in pod_templates(&render_stack(&s, caps)) {
-            let labels = pod.metadata.and_then(|m| m.labels).expect("labels");
-            let spread = pod
-                .spec
-                .and_then(|s| s.topology_spread_constraints)
-                .expect("spread constraints");
-            let host: Vec<_> = spread
-                .iter()
-                .filter(|c| c.topology_key == names::LABEL_HOSTNAME)
-                .collect();
-            assert_eq!(host.len(), 1, "{name}");
-            assert_eq!(host[0].when_unsatisfiable, "ScheduleAnyway", "{name}");
-            assert_eq!(host[0].max_skew, 1, "{name}");
-            let sel = host[0]
-                .label_selector
-                .as_ref()
-                .and_then(|s| s.match_labels.clone())
-                .expect("selector");
-            assert_eq!(
-                sel.get(names::LABEL_COMPONENT),
-                labels.get(names::LABEL_COMPONENT)
-            );
-            assert_eq!(
-                sel.get(names::LABEL_INSTANCE),
-                labels.get(names::LABEL_INSTANCE)
-            );
-        }
+    for (name, pod) in pod_templates(&render_stack(&s)) {
+        let labels = pod.metadata.and_then(|m| m.labels).expect("labels");
+        let spread = pod
+            .spec
+            .and_then(|s| s.topology_spread_constraints)
+            .expect("spread constraints");
+        let host: Vec<_> = spread
+            .iter()
+            .filter(|c| c.topology_key == names::LABEL_HOSTNAME)
+            .collect();
+        assert_eq!(host.len(), 1, "{name}");
+        assert_eq!(host[0].when_unsatisfiable, "ScheduleAnyway", "{name}");
+        assert_eq!(host[0].max_skew, 1, "{name}");
+        let sel = host[0]
+            .label_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.clone())
+            .expect("selector");
+        assert_eq!(
+            sel.get(names::LABEL_COMPONENT),
+            labels.get(names::LABEL_COMPONENT)
+        );
+        assert_eq!(
+            sel.get(names::LABEL_INSTANCE),
+            labels.get(names::LABEL_INSTANCE)
+        );
     }
 }
 
@@ -458,7 +446,7 @@ fn removing_zones_removes_every_zone_piece() {
         "lokistack-dev",
         zoned_spec(LokiStackSize::Small, 2, &[ZONE]),
     );
-    let before = to_yaml_stream(&render_stack(&zoned, ServerCapabilities::MODERN)).expect("yaml");
+    let before = to_yaml_stream(&render_stack(&zoned)).expect("yaml");
     for t in ZONE_TRACES {
         assert!(before.contains(t), "zone-aware render lacks {t}");
     }
@@ -470,7 +458,7 @@ fn removing_zones_removes_every_zone_piece() {
         .expect("replication")
         .zones
         .clear();
-    let after = to_yaml_stream(&render_stack(&plain, ServerCapabilities::MODERN)).expect("yaml");
+    let after = to_yaml_stream(&render_stack(&plain)).expect("yaml");
     for t in ZONE_TRACES {
         assert!(!after.contains(t), "{t} left after zones were removed");
     }
@@ -496,49 +484,23 @@ fn service_routing(children: &[Child]) -> Vec<(String, Option<String>, Option<St
         .collect()
 }
 
+/// The entry Services of a zone-aware stack ask for zone-local routing with
+/// `trafficDistribution` alone: no annotation (the topology annotations an operator
+/// before 1.31 set go with the next server-side apply, which no longer sends them).
 #[test]
-fn entry_services_of_zone_aware_stacks_ask_for_zone_local_routing_by_server_version() {
+fn entry_services_of_zone_aware_stacks_ask_for_zone_local_routing() {
     let zoned = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
-    let entry = |a: Option<&str>, t: Option<&str>| {
-        ["s-distributor-http", "s-query-frontend-http"]
-            .map(|n| (n.to_string(), a.map(str::to_string), t.map(str::to_string)))
-            .to_vec()
-    };
-    let hints = "service.kubernetes.io/topology-aware-hints=auto";
-    let mode = "service.kubernetes.io/topology-mode=Auto";
-    for (minor, want) in [
-        // 1.20, the e2e control plane: nothing, since the server would refuse the field.
-        (20, vec![]),
-        (22, vec![]),
-        (23, entry(Some(hints), None)),
-        (26, entry(Some(hints), None)),
-        (27, entry(Some(mode), None)),
-        (30, entry(Some(mode), None)),
-        (31, entry(None, Some("PreferClose"))),
-        (33, entry(None, Some("PreferClose"))),
-    ] {
-        let caps = ServerCapabilities::for_version(1, minor);
-        assert_eq!(
-            service_routing(&render_stack(&zoned, caps)),
-            want,
-            "1.{minor}"
-        );
-    }
+    let entry = ["s-distributor-http", "s-query-frontend-http"]
+        .map(|n| (n.to_string(), None, Some("PreferClose".to_string())))
+        .to_vec();
+    assert_eq!(service_routing(&render_stack(&zoned)), entry);
     // A stack without zones, or one switched off by the plan, asks for nothing.
     let plain = stack("s", stack_spec(LokiStackSize::Small));
-    assert_eq!(
-        service_routing(&render_stack(&plain, ServerCapabilities::MODERN)),
-        vec![]
-    );
+    assert_eq!(service_routing(&render_stack(&plain)), vec![]);
     let mut eff = effective(&zoned.spec);
     assert!(eff.zone_local_services);
     eff.zone_local_services = false;
-    let off = render(
-        &RenderInput::new(&zoned, eff),
-        &Settings::default(),
-        &ServerCapabilities::MODERN,
-    )
-    .expect("render");
+    let off = render(&RenderInput::new(&zoned, eff), &Settings::default()).expect("render");
     assert_eq!(service_routing(&off), vec![]);
 }
 
@@ -668,7 +630,7 @@ fn loki_config_reads_credentials_from_env_for_every_storage_type() {
             st.as_str()
         );
         // And the containers get exactly those variables from the Secret.
-        let children = render_stack(&s, ServerCapabilities::MODERN);
+        let children = render_stack(&s);
         let (_, pod) = pod_templates(&children).into_iter().next().expect("pod");
         let env = pod.spec.expect("spec").containers[0]
             .env
@@ -723,7 +685,7 @@ fn old_schemas_get_boltdb_and_no_structured_metadata() {
 fn config_change_changes_the_pod_hash() {
     let hash = |rf| {
         let s = stack("s", zoned_spec(LokiStackSize::Small, rf, &[ZONE]));
-        let (_, pod) = pod_templates(&render_stack(&s, ServerCapabilities::MODERN))
+        let (_, pod) = pod_templates(&render_stack(&s))
             .into_iter()
             .next()
             .expect("pod");
@@ -739,7 +701,7 @@ fn config_change_changes_the_pod_hash() {
 #[test]
 fn statefulsets_claim_the_reference_volumes() {
     let s = stack("s", stack_spec(LokiStackSize::Small));
-    let children = render_stack(&s, ServerCapabilities::MODERN);
+    let children = render_stack(&s);
     let claims = |suffix: &str| -> Vec<(String, String)> {
         children
             .iter()
@@ -782,7 +744,7 @@ fn statefulsets_claim_the_reference_volumes() {
 }
 
 fn snapshot_stream(s: &LokiStack) -> String {
-    to_yaml_stream(&render_stack(s, ServerCapabilities::MODERN)).expect("yaml")
+    to_yaml_stream(&render_stack(s)).expect("yaml")
 }
 
 #[test]
@@ -847,68 +809,12 @@ fn ruler_renders_when_enabled() {
         enabled: true,
         ..Default::default()
     });
-    let children = render_stack(&stack("s", spec), ServerCapabilities::MODERN);
+    let children = render_stack(&stack("s", spec));
     assert!(children
         .iter()
         .any(|c| c.kind() == "StatefulSet" && c.name() == "s-ruler"));
     let eff = effective(&stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE])).spec);
     assert!(eff.component(Component::Ruler).is_none());
-}
-
-#[test]
-fn during_an_outage_old_servers_keep_stateless_pods_off_the_lost_zone() {
-    let s = stack("s", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
-    let mut eff = effective(&s.spec);
-    eff.avoid_zones = vec!["zone-c".into()];
-    let affinity = |caps: ServerCapabilities| -> Vec<(String, Option<String>)> {
-        let children = render(
-            &RenderInput::new(&s, eff.clone()),
-            &Settings::default(),
-            &caps,
-        )
-        .expect("render");
-        pod_templates(&children)
-            .into_iter()
-            .map(|(name, t)| {
-                let expr = t
-                    .spec
-                    .and_then(|p| p.affinity)
-                    .and_then(|a| a.node_affinity)
-                    .and_then(|n| n.required_during_scheduling_ignored_during_execution)
-                    .map(|r| {
-                        r.node_selector_terms[0]
-                            .match_expressions
-                            .clone()
-                            .unwrap_or_default()
-                    });
-                let rule = expr.map(|e| {
-                    format!(
-                        "{} {} {:?}",
-                        e[0].key,
-                        e[0].operator,
-                        e[0].values.clone().unwrap_or_default()
-                    )
-                });
-                (name, rule)
-            })
-            .collect()
-    };
-    let old = affinity(ServerCapabilities::for_version(1, 20));
-    let want = format!("{ZONE} NotIn [\"zone-c\"]");
-    for (name, rule) in &old {
-        let stateless = ["distributor", "querier", "query-frontend"]
-            .iter()
-            .any(|c| name == &format!("s-{c}"));
-        assert_eq!(
-            rule.as_deref(),
-            stateless.then_some(want.as_str()),
-            "{name}"
-        );
-    }
-    // Current servers leave the tainted nodes out of the spread by nodeTaintsPolicy.
-    assert!(affinity(ServerCapabilities::MODERN)
-        .iter()
-        .all(|(_, r)| r.is_none()));
 }
 
 #[test]
@@ -934,7 +840,6 @@ fn limits_and_retention_reach_loki_and_tenant_changes_restart_nothing() {
     let docs = documents(
         &RenderInput::new(&s, effective(&s.spec)),
         &Settings::default(),
-        &ServerCapabilities::MODERN,
     )
     .expect("documents");
     let runtime = |docs: &[crate::render::Document]| -> String {
@@ -963,12 +868,11 @@ fn limits_and_retention_reach_loki_and_tenant_changes_restart_nothing() {
     let docs2 = documents(
         &RenderInput::new(&s2, effective(&s2.spec)),
         &Settings::default(),
-        &ServerCapabilities::MODERN,
     )
     .expect("documents");
     assert_ne!(runtime(&docs), runtime(&docs2));
     let hashes = |s: &LokiStack| -> Vec<String> {
-        pod_templates(&render_stack(s, ServerCapabilities::MODERN))
+        pod_templates(&render_stack(s))
             .into_iter()
             .map(|(_, t)| {
                 t.metadata.and_then(|m| m.annotations).expect("ann")[names::ANNOTATION_CONFIG_HASH]
@@ -991,7 +895,7 @@ fn a_storage_ca_is_mounted_in_every_loki_pod_and_named_in_the_config() {
         ca_key: Some("ca.pem".into()),
     });
     let s = stack("s", spec);
-    let templates = pod_templates(&render_stack(&s, ServerCapabilities::MODERN));
+    let templates = pod_templates(&render_stack(&s));
     assert!(templates.len() >= 7, "{}", templates.len());
     for (name, t) in templates {
         let pod = t.spec.expect("pod spec");
@@ -1059,15 +963,9 @@ fn go_operator_fields_stack() -> LokiStack {
 #[test]
 fn ring_address_and_anti_affinity_reach_every_pod_and_parse_losslessly() {
     let s = go_operator_fields_stack();
-    let mut eff = effective(&s.spec);
-    // On a server whose spread ignores taints, a lost zone adds node affinity beside the
-    // component's anti-affinity, in the one `affinity` of the pod.
-    eff.avoid_zones = vec!["zone-c".into()];
-    let caps = ServerCapabilities::for_version(1, 20);
     let docs = documents(
-        &RenderInput::new(&s, eff.clone()),
+        &RenderInput::new(&s, effective(&s.spec)),
         &Settings::default(),
-        &caps,
     )
     .expect("documents");
     for doc in &docs {
@@ -1091,15 +989,9 @@ fn ring_address_and_anti_affinity_reach_every_pod_and_parse_losslessly() {
             "lokistack-dev-ingester" => assert!(anti
                 .and_then(|a| a.required_during_scheduling_ignored_during_execution)
                 .is_some_and(|r| r[0].topology_key == "kubernetes.io/hostname")),
-            "lokistack-dev-distributor" => {
-                assert!(anti
-                    .and_then(|a| a.preferred_during_scheduling_ignored_during_execution)
-                    .is_some_and(|p| p[0].weight == 50));
-                assert!(
-                    affinity.node_affinity.is_some(),
-                    "the lost zone's affinity stays"
-                );
-            }
+            "lokistack-dev-distributor" => assert!(anti
+                .and_then(|a| a.preferred_during_scheduling_ignored_during_execution)
+                .is_some_and(|p| p[0].weight == 50)),
             other => assert!(anti.is_none(), "{other}"),
         }
     }
@@ -1138,12 +1030,8 @@ fn without_the_ring_and_otlp_fields_the_config_has_none_of_them() {
 fn zone_aware_gossip_makes_ingesters_the_bridges() {
     let s = stack("z", zoned_spec(LokiStackSize::Small, 3, &[ZONE]));
     let args = |eff: &crate::model::defaults::EffectiveStack, c: Component| -> Vec<String> {
-        let children = render(
-            &RenderInput::new(&s, eff.clone()),
-            &Settings::default(),
-            &ServerCapabilities::MODERN,
-        )
-        .expect("render");
+        let children =
+            render(&RenderInput::new(&s, eff.clone()), &Settings::default()).expect("render");
         pod_templates(&children)
             .into_iter()
             .filter(|(name, _)| *name == c.workload_name("z"))
@@ -1201,7 +1089,6 @@ fn snapshot_go_operator_fields() {
     let docs = documents(
         &RenderInput::new(&s, effective(&s.spec)),
         &Settings::default(),
-        &ServerCapabilities::MODERN,
     )
     .expect("documents");
     let mut out = String::new();

@@ -141,9 +141,7 @@ mod tests {
     use super::*;
     use crate::model::api::{LokiStack, LokiStackSize};
     use crate::model::defaults::effective;
-    use crate::render::{
-        documents, parse, render, Child, RenderInput, ServerCapabilities, Settings,
-    };
+    use crate::render::{documents, parse, render, Child, RenderInput, Settings};
     use crate::testing::{stack, zoned_spec, ZONE};
     use k8s_openapi::api::apps::v1::StatefulSet;
 
@@ -181,12 +179,7 @@ mod tests {
     }
 
     fn children(s: &LokiStack, eff: &EffectiveStack) -> Vec<Child> {
-        render(
-            &RenderInput::new(s, eff.clone()),
-            &Settings::default(),
-            &ServerCapabilities::MODERN,
-        )
-        .expect("render")
+        render(&RenderInput::new(s, eff.clone()), &Settings::default()).expect("render")
     }
 
     #[test]
@@ -197,12 +190,8 @@ mod tests {
             file("b", "application", expr),
             file("c", "Team(A)", expr),
         ]);
-        let docs = documents(
-            &RenderInput::new(&s, eff.clone()),
-            &Settings::default(),
-            &ServerCapabilities::MODERN,
-        )
-        .expect("documents");
+        let docs =
+            documents(&RenderInput::new(&s, eff.clone()), &Settings::default()).expect("documents");
         for doc in &docs {
             let raw: Value = serde_yaml_ng::from_str(&doc.text).expect("yaml");
             assert_eq!(

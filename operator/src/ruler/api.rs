@@ -6,9 +6,9 @@
 //! The schemas keep every field and default of the Go operator's, so objects written for
 //! it are read unchanged. What its validating webhooks checked is checked here: durations
 //! and tenant IDs by patterns and group names by a list map, which every API server
-//! enforces, a few cross-field rules in CEL; and, because CEL is ignored before 1.25 and
-//! cannot parse LogQL, again by the reconciler (`ruler/check.rs`), which names the field
-//! in the rule's status.
+//! enforces, a few cross-field rules in CEL; and, because an object may predate a rule
+//! and CEL cannot parse LogQL, again by the reconciler (`ruler/check.rs`), which names
+//! the field in the rule's status.
 
 use std::collections::BTreeMap;
 

@@ -2,9 +2,9 @@
 //! is wrong with a rule or a RulerConfig, field by field.
 //!
 //! The CRDs refuse most of it at admission (patterns, list maps, CEL); this checks it
-//! all again, because API servers before 1.25 ignore CEL, objects may predate a rule,
-//! and no CRD can parse LogQL. A rule found wrong is not loaded (one bad rule must not
-//! keep a tenant's other rules from loading) and its status names the field.
+//! all again, because objects may predate a rule and no CRD can parse LogQL. A rule
+//! found wrong is not loaded (one bad rule must not keep a tenant's other rules from
+//! loading) and its status names the field.
 
 use std::collections::{BTreeMap, BTreeSet};
 

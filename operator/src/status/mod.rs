@@ -1134,13 +1134,8 @@ mod tests {
             )]
             .into(),
         );
-        let mut plan = crate::plan::plan(
-            &s,
-            &snap,
-            &crate::render::Settings::default(),
-            &crate::render::ServerCapabilities::MODERN,
-        )
-        .expect("plan");
+        let mut plan =
+            crate::plan::plan(&s, &snap, &crate::render::Settings::default()).expect("plan");
         plan.eff.ingester_disruptions = 2;
         let st = computed(&s, &snap, &plan, &applied());
         let w = cond(&st, ConditionType::Warning);
@@ -1158,14 +1153,9 @@ mod tests {
             )]
             .into(),
         );
-        let f = crate::plan::plan(
-            &s,
-            &snap,
-            &crate::render::Settings::default(),
-            &crate::render::ServerCapabilities::MODERN,
-        )
-        .expect("plan")
-        .findings;
+        let f = crate::plan::plan(&s, &snap, &crate::render::Settings::default())
+            .expect("plan")
+            .findings;
         assert!(!f.zone_evictions_off, "an invalid value keeps them on");
         assert!(f
             .annotation

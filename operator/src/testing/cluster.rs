@@ -37,7 +37,6 @@ use crate::caches::taps::{PodChange, Taps};
 use crate::checks::podzone::{self, PodZone};
 use crate::model::writers::keep_markers;
 use crate::render::kinds::ChildKind;
-use crate::render::ServerCapabilities;
 use crate::stores::index::{self, KeyOf};
 use crate::stores::keep::{
     strip_node, strip_pod, strip_statefulset, strip_storage_class, strip_volume,
@@ -150,17 +149,16 @@ pub struct FakeCluster {
     /// send them (to the annotator of the term attached). Stacks are triggered by the
     /// test itself.
     pub taps: Taps,
-    pub capabilities: ServerCapabilities,
 }
 
 impl FakeCluster {
-    pub fn new(capabilities: ServerCapabilities) -> FakeCluster {
+    pub fn new() -> FakeCluster {
         let stack_resource = stacks::resource();
         let children: Vec<(ChildKind, ApiResource, ScopedWriter<_>)> = ChildKind::ALL
             .into_iter()
             .filter(|k| *k != ChildKind::StatefulSet)
             .map(|k| {
-                let r = k.resource(&capabilities);
+                let r = k.resource();
                 (k, r.clone(), ready(r, index::by_instance))
             })
             .collect();
@@ -239,7 +237,6 @@ impl FakeCluster {
             client,
             caches,
             taps,
-            capabilities,
         }
     }
 
