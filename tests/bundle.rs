@@ -22,7 +22,7 @@ use kube::core::GroupVersionKind;
 use loki_zone_operator::model::names;
 use loki_zone_operator_tests::bundle::{
     self, annotations, kustomize, kustomize_operator, kustomize_text, write_overlay, CHANNEL,
-    CHILD_KINDS, ICON, ICON_MEDIATYPE, MIN_KUBE_VERSION, PACKAGE, VERSION,
+    CHILD_KINDS, ICON, ICON_MEDIATYPE, PACKAGE, VERSION,
 };
 use loki_zone_operator_tests::harness::ControlPlane;
 use loki_zone_operator_tests::{client_for, repo_root, runtime};
@@ -144,8 +144,12 @@ fn csv_names_versions_and_required_fields() {
     let spec = &csv["spec"];
     assert_eq!(spec["version"], VERSION);
     assert!(semver(VERSION), "spec.version {VERSION} is not semver");
-    assert_eq!(spec["minKubeVersion"], MIN_KUBE_VERSION);
-    assert!(semver(MIN_KUBE_VERSION), "minKubeVersion is not semver");
+    assert_eq!(spec["minKubeVersion"], bundle::min_kube_version());
+    assert_eq!(spec["minKubeVersion"], "1.31.0");
+    assert!(
+        semver(&bundle::min_kube_version()),
+        "minKubeVersion is not semver"
+    );
     for field in ["displayName", "description", "maturity"] {
         let v = spec[field].as_str().unwrap_or_default();
         assert!(!v.trim().is_empty(), "spec.{field} missing");

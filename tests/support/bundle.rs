@@ -51,13 +51,21 @@ pub const CHILD_KINDS: [&str; 7] = [
     "PodDisruptionBudget",
     "NetworkPolicy",
 ];
-/// OLM installs the CRD as it is, CEL rules included: those need Kubernetes 1.25.
-pub const MIN_KUBE_VERSION: &str = "1.25.0";
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The ClusterRole of the namespaced rules, which OLM grants per target namespace.
 pub const NAMESPACED_RULES: &str = "loki-zone-operator";
 /// The Role of the leader Lease, in the operator's namespace.
 pub const LEADER_ELECTION_ROLE: &str = "loki-zone-operator-leader-election";
+
+/// The CSV's `minKubeVersion`, below which OLM does not install the operator: the
+/// operator's own minimum (`checks::kube_version::MIN_KUBE_VERSION`), which it would
+/// refuse at start anyway, as the semantic version OLM reads.
+pub fn min_kube_version() -> String {
+    format!(
+        "{}.0",
+        loki_zone_operator::checks::kube_version::MIN_KUBE_VERSION
+    )
+}
 /// The ClusterRole of the cluster-scoped reads, cluster-wide in every install mode.
 pub const CLUSTER_READER: &str = "loki-zone-operator-cluster-reader";
 /// The annotation OLM sets on the operator's pods: the OperatorGroup's target
@@ -176,7 +184,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
             "description": "Reconciles LokiStack resources (loki.grafana.com/v1). With spec.replication.zones every copy of a log stream lands in a different failure domain: the operator checks the replication factor against the zones of the nodes, spreads every component with topology spread constraints, annotates each pod with its node's zone and configures Loki's ring for zone awareness.",
             "version": VERSION,
             "maturity": "alpha",
-            "minKubeVersion": MIN_KUBE_VERSION,
+            "minKubeVersion": min_kube_version(),
             "provider": {"name": "loki-zone-operator"},
             "keywords": ["loki", "logging", "zones", "availability", "replication"],
             "maintainers": [{"name": "loki-zone-operator maintainers", "email": "maintainers@loki-zone-operator.invalid"}],
