@@ -562,11 +562,7 @@ async fn run() -> Result<Vec<Row>> {
             kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
             kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&()),
             kube::api::ApiResource::erase::<k8s_openapi::api::apps::v1::StatefulSet>(&()),
-            kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-                "policy",
-                "v1beta1",
-                "PodDisruptionBudget",
-            )),
+            kube::api::ApiResource::erase::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(&()),
         ];
         for ar in ar_list {
             let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &ar);
@@ -1010,8 +1006,8 @@ fn bind_rows(rows: &mut Vec<Row>, label: &str, m: &BindPath) {
 }
 
 /// 1a. The zone-at-bind webhook: pods of a namespace with a zone-aware stack, named like
-/// that stack's pods (as matchConditions on 1.30+ require). The stack is Unmanaged, so
-/// the operator writes nothing else there.
+/// that stack's pods (as the configuration's matchConditions require). The stack is
+/// Unmanaged, so the operator writes nothing else there.
 async fn webhook_path(admin: &Client, cp: &ControlPlane) -> Result<BindPath> {
     let ns = "bench-bind";
     namespace_with_storage_secret(admin, ns).await?;

@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use base64::Engine;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
+use loki_zone_operator::checks::kube_version::{KubeVersion, MIN_KUBE_VERSION};
 use loki_zone_operator::model::names;
 use loki_zone_operator_tests::bundle::{
     self, annotations, kustomize, kustomize_operator, kustomize_text, write_overlay, CHANNEL,
@@ -1349,6 +1351,91 @@ fn deploy_applies_the_committed_crds_as_the_binary_prints_them() {
     assert!(want.contains("x-kubernetes-validations"));
 }
 
+/// A kubectl that answers `version -o json` with the server version in `FAKE_SERVER`
+/// ("MAJOR MINOR GITVERSION"), runs the real kubectl (`REAL_KUBECTL`) for `kustomize`,
+/// says every CRD is Established, and otherwise logs its arguments to `FAKE_LOG`.
+const FAKE_KUBECTL: &str = r#"#!/bin/sh
+case "$1" in
+  version)
+    set -- $FAKE_SERVER
+    printf '{\n  "clientVersion": {\n    "major": "1",\n    "minor": "35",\n    "gitVersion": "v1.35.4"\n  },\n  "serverVersion": {\n    "major": "%s",\n    "minor": "%s",\n    "emulationMajor": "%s",\n    "gitVersion": "%s",\n    "platform": "linux/amd64"\n  }\n}\n' "$1" "$2" "$1" "$3" ;;
+  kustomize) exec "$REAL_KUBECTL" "$@" ;;
+  *)
+    echo "$*" >>"$FAKE_LOG"
+    case "$*" in *jsonpath=*Established*) printf True ;; esac
+    [ -t 0 ] || cat >/dev/null ;;
+esac
+"#;
+
+/// Runs `hack/deploy.sh ACTION` against [`FAKE_KUBECTL`] in `dir`, the server reporting
+/// `server`: its exit status, its stderr, and the kubectl calls it made.
+fn deploy_against(dir: &Path, action: &str, server: &str) -> (Option<i32>, String, String) {
+    let kubectl = dir.join("kubectl");
+    std::fs::write(&kubectl, FAKE_KUBECTL).expect("fake kubectl");
+    std::fs::set_permissions(
+        &kubectl,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let real = loki_zone_operator_tests::harness::which("kubectl").expect("kubectl on PATH");
+    let log = dir.join("calls.log");
+    let _ = std::fs::remove_file(&log);
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/deploy.sh"))
+        .arg(action)
+        .env("KUBECTL", &kubectl)
+        .env("REAL_KUBECTL", &real)
+        .env("FAKE_SERVER", server)
+        .env("FAKE_LOG", &log)
+        .output()
+        .expect("hack/deploy.sh");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        std::fs::read_to_string(&log).unwrap_or_default(),
+    )
+}
+
+/// `make install`, `make deploy` and `replace-crd` read the server's version first and
+/// refuse one older than the oldest the operator supports, naming both versions, before
+/// anything is applied; on a supported server they apply. The minimum is the operator's.
+#[test]
+fn deploy_refuses_a_server_older_than_the_oldest_supported() {
+    let script = std::fs::read_to_string(repo_root().join("hack/deploy.sh")).expect("deploy.sh");
+    assert!(
+        script.contains(&format!("\nMIN_KUBE_VERSION={MIN_KUBE_VERSION}\n")),
+        "hack/deploy.sh's MIN_KUBE_VERSION is not the operator's {MIN_KUBE_VERSION}"
+    );
+    let dir = scratch("deploy-server-version");
+    let servers = [
+        ("1 20 v1.20.2", Some("v1.20.2")),
+        ("1 30+ v1.30.9-eks-1234", Some("v1.30.9-eks-1234")),
+        ("1 31+ v1.31.0-gke.1200", None),
+        ("1 35 v1.35.4", None),
+    ];
+    for action in ["install", "replace-crd", "deploy"] {
+        for (server, refused) in servers {
+            let (status, stderr, calls) = deploy_against(&dir, action, server);
+            if let Some(found) = refused {
+                assert_eq!(status, Some(1), "{action} on {server}: {stderr}");
+                assert_eq!(
+                    stderr.trim(),
+                    format!("Kubernetes 1.31 or later is required; this API server is {found}"),
+                    "{action} on {server}"
+                );
+                assert_eq!(calls, "", "{action} on {server} applied something");
+            } else {
+                assert_eq!(status, Some(0), "{action} on {server}: {stderr}");
+                let verb = match action {
+                    "replace-crd" => "replace -f",
+                    _ => "apply --server-side",
+                };
+                assert!(calls.contains(verb), "{action} on {server}: {calls}");
+            }
+        }
+    }
+}
+
 /// Every object of `objects` is in `ns` (or cluster-scoped), and so is every subject.
 fn assert_all_in_namespace(objects: &[Value], ns: &str) {
     let cluster_scoped = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
@@ -1648,39 +1735,6 @@ fn two_replicas_and_a_budget_by_default() {
     let out = scratch("high-availability");
     write_overlay(&out, &["high-availability"], "").expect("overlay");
     assert_eq!(kustomize(&out).expect("kustomize"), base);
-
-    // What make deploy applies on a server before 1.21, which has policy/v1beta1 only.
-    let text = kustomize_text(&repo_root().join("manifests/operator")).expect("kustomize");
-    let old = bundle::parse_stream(&bundle::for_server(&text, 20)).expect("yaml");
-    assert_eq!(
-        pod_disruption_budget(&old).expect("budget")["apiVersion"],
-        "policy/v1beta1"
-    );
-    let others = |objects: &[Value]| -> Vec<Value> {
-        objects
-            .iter()
-            .filter(|o| o["kind"] != "PodDisruptionBudget")
-            .cloned()
-            .collect()
-    };
-    assert_eq!(
-        others(&old),
-        others(&base),
-        "only the budget's version changes"
-    );
-    assert_eq!(bundle::for_server(&text, 21), text);
-    let out = Command::new("bash")
-        .arg(repo_root().join("hack/deploy.sh"))
-        .arg("manifests")
-        .env("KUBE_VERSION", "1.20")
-        .output()
-        .expect("hack/deploy.sh");
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        bundle::for_server(&text, 20),
-        "hack/deploy.sh and the tests convert the same way"
-    );
 }
 
 // ---------------------------------------------------------------------------------
@@ -1730,69 +1784,6 @@ async fn install_crd(client: &kube::Client, crd: &Value) -> anyhow::Result<()> {
             "{name} not Established"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// Removes every `default: ""` of a schema; returns how many there were. A property
-/// that keys a list-map must have a default or be required, so those become required:
-/// stricter than the original, so what passes here passes there.
-fn strip_empty_string_defaults(v: &mut Value, list_map_keys: &[Value]) -> usize {
-    let Value::Object(map) = v else {
-        return match v {
-            Value::Array(items) => items
-                .iter_mut()
-                .map(|i| strip_empty_string_defaults(i, &[]))
-                .sum(),
-            _ => 0,
-        };
-    };
-    let mut n = 0;
-    let mut now_required = Vec::new();
-    if let Some(Value::Object(props)) = map.get_mut("properties") {
-        for (name, prop) in props.iter_mut() {
-            if prop.get("default") == Some(&json!("")) {
-                prop.as_object_mut().map(|p| p.remove("default"));
-                n += 1;
-                if list_map_keys.contains(&json!(name)) {
-                    now_required.push(json!(name));
-                }
-            }
-        }
-    }
-    if !now_required.is_empty() {
-        let required = map.entry("required").or_insert_with(|| json!([]));
-        if let Some(r) = required.as_array_mut() {
-            r.extend(now_required);
-        }
-    }
-    let keys = map
-        .get("x-kubernetes-list-map-keys")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for (k, child) in map.iter_mut() {
-        let child_keys: &[Value] = if k == "items" { &keys } else { &[] };
-        n += strip_empty_string_defaults(child, child_keys);
-    }
-    n
-}
-
-/// Replaces every "" in `v` by a placeholder; returns the paths (`[]` for any index).
-fn fill_empty_strings(v: &mut Value, path: &str) -> BTreeSet<String> {
-    match v {
-        Value::String(s) if s.is_empty() => {
-            *s = "placeholder-for-empty".into();
-            BTreeSet::from([path.to_string()])
-        }
-        Value::Object(map) => map
-            .iter_mut()
-            .flat_map(|(k, c)| fill_empty_strings(c, &format!("{path}.{k}")))
-            .collect(),
-        Value::Array(items) => items
-            .iter_mut()
-            .flat_map(|c| fill_empty_strings(c, &format!("{path}[]")))
-            .collect(),
-        _ => BTreeSet::new(),
     }
 }
 
@@ -1847,24 +1838,15 @@ fn olm_and_kustomize_installs_are_accepted_by_the_api_server() {
 
 async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
     let client = client_for(&cp.admin_kubeconfig).await?;
-    let mut olm_crd = yaml(&read(
+    let olm_crd = yaml(&read(
         "tests/fixtures/operators.coreos.com_clusterserviceversions.yaml",
     ));
-    let minor: u32 = client
-        .apiserver_version()
-        .await?
-        .minor
-        .trim_end_matches('+')
-        .parse()?;
-    if minor < 21 {
-        // The test's 1.20 API server (1.20 sources built with a current Go) takes an
-        // empty string for null in schema validation: it refuses `default: ""` in a
-        // CRD and "" in a string field of a custom resource. OLM's schema has such
-        // defaults only for names inside the embedded pod template; a default fills a
-        // field in and never rejects anything, so the schema checks the same without.
-        let removed = strip_empty_string_defaults(&mut olm_crd, &[]);
-        assert!(removed > 0, "no empty defaults: drop this workaround");
-    }
+    // What is installed here is what the operator supports: no workaround for an older
+    // control plane.
+    let version = client.apiserver_version().await?;
+    KubeVersion::parse(&version.git_version)
+        .with_context(|| format!("the control plane's version {:?}", version.git_version))?
+        .require_supported("the test's control plane", &version.git_version)?;
     install_crd(&client, &olm_crd).await?;
     for crd in bundle_crds() {
         install_crd(&client, &crd).await?;
@@ -1878,37 +1860,7 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
         "ClusterServiceVersion",
         "clusterserviceversions",
     );
-    let mut csv = csv();
-    if minor < 21 {
-        // The same quirk: "" is a valid string in each place our CSV has one (the
-        // core API group, and OLM's `name` of a built-in kind), where OLM's schema
-        // is a plain string with no constraint; a placeholder stands in for it here.
-        let filled = fill_empty_strings(&mut csv, "");
-        assert_eq!(
-            filled,
-            BTreeSet::from([
-                ".spec.customresourcedefinitions.owned[].resources[].name".to_string(),
-                ".spec.install.spec.clusterPermissions[].rules[].apiGroups[]".to_string(),
-                ".spec.install.spec.permissions[].rules[].apiGroups[]".to_string(),
-            ])
-        );
-        let spec = &olm_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
-            ["spec"]["properties"];
-        let plain = |s: &Value| {
-            s.as_object()
-                .is_some_and(|m| m.keys().all(|k| k == "type" || k == "description"))
-        };
-        assert!(plain(
-            &spec["customresourcedefinitions"]["properties"]["owned"]["items"]["properties"]
-                ["resources"]["items"]["properties"]["name"]
-        ));
-        for perms in ["clusterPermissions", "permissions"] {
-            assert!(plain(
-                &spec["install"]["properties"]["spec"]["properties"][perms]["items"]["properties"]
-                    ["rules"]["items"]["properties"]["apiGroups"]["items"]
-            ));
-        }
-    }
+    let csv = csv();
     let created = dry_run_create(&client, &csv_resource, "olm-bundle", &csv).await;
     assert_eq!(created, Ok(()), "OLM's CSV schema rejects the bundle's CSV");
     // The schema is enforced here: the CSV without `name` on a resource is refused.
@@ -1964,10 +1916,8 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
         &["zone-outage-recovery"],
         &format!("namespace: logging-ops\nimages:\n- name: {BASE_IMAGE}\n  newName: registry.example.com/lzo\n  newTag: v2\n"),
     )?;
-    // Before 1.21 with the operator's PodDisruptionBudget as policy/v1beta1, as
-    // hack/deploy.sh applies it (and docs/install.md tells overlays to).
     let stream = dir.join("stream.yaml");
-    std::fs::write(&stream, bundle::for_server(&kustomize_text(&dir)?, minor))?;
+    std::fs::write(&stream, kustomize_text(&dir)?)?;
     let stream_arg = stream.display().to_string();
     kubectl(
         &cp.admin_kubeconfig,

@@ -451,24 +451,3 @@ pub fn write_namespaced_overlay_with(
     std::fs::write(&path, text)?;
     Ok(())
 }
-
-/// A YAML stream of the install as an API server of minor version `minor` (1.x) takes
-/// it: before 1.21 PodDisruptionBudgets are served as `policy/v1beta1` only, with the
-/// same fields as ours. The conversion hack/deploy.sh (`for_server`) makes for
-/// `make deploy`.
-pub fn for_server(text: &str, minor: u32) -> String {
-    if minor >= 21 {
-        return text.to_string();
-    }
-    text.lines()
-        .map(|l| {
-            if l == "apiVersion: policy/v1" {
-                "apiVersion: policy/v1beta1"
-            } else {
-                l
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        + "\n"
-}
