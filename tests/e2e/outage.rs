@@ -1070,7 +1070,7 @@ fn admin_sh(env: &Env, command: &str) -> Result<String> {
     Ok(text)
 }
 
-/// (d) The runbook, before Kubernetes 1.26, run by hand: the compactor's zone goes dark
+/// (d) The runbook without the out-of-service taint, run by hand: the compactor's zone goes dark
 /// under a stack without the opt-in; the `ZoneUnavailable` message gives the commands of
 /// the runbook's step 1 for the compactor, which the test runs with kubectl as they are
 /// printed; then step 2 (once the claim is gone, delete the recreated pod); and the
