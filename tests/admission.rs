@@ -134,9 +134,7 @@ async fn run_table(kube: Kube) -> Result<String> {
 async fn rule_table(client: &kube::Client) -> Result<(String, Vec<String>)> {
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
     use serde_json::json;
-    let files = loki_zone_operator::cli::crd_files_for(
-        &loki_zone_operator::render::ServerCapabilities::MODERN,
-    )?;
+    let files = loki_zone_operator::cli::crd_files()?;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (file, yaml) in files.iter().skip(1) {
         let crd: CustomResourceDefinition = serde_yaml_ng::from_str(yaml)?;

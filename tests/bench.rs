@@ -844,10 +844,30 @@ fn main() -> std::process::ExitCode {
         println!("| {} | {} | {} | {result} |", r.name, r.value, r.target);
     }
     println!(
-        "\nmachine: {cores} cores; control plane: Kubernetes 1.20.2 on loopback; run took {:.0?}",
+        "\nmachine: {cores} cores; control plane: Kubernetes {} on loopback; run took {:.0?}",
+        kube_version(),
         started.elapsed()
     );
     std::process::ExitCode::SUCCESS
+}
+
+/// The Kubernetes version of the control plane the bench starts (`LZO_KUBE`, the
+/// current one by default), from its module's go.mod.
+fn kube_version() -> String {
+    use loki_zone_operator_tests::harness::Kube;
+    let module = match Kube::from_env() {
+        Kube::Current => "hack/k8s-current/go.mod",
+        Kube::Oldest => "hack/k8s-oldest/go.mod",
+    };
+    std::fs::read_to_string(loki_zone_operator_tests::repo_root().join(module))
+        .ok()
+        .and_then(|m| {
+            m.lines().find_map(|l| {
+                l.strip_prefix("require k8s.io/kubernetes v")
+                    .map(str::to_string)
+            })
+        })
+        .unwrap_or_else(|| "(unknown)".into())
 }
 
 /// Section 0: the size of the OCI archive `make image` wrote (`make bench` builds it

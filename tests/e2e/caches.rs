@@ -3,7 +3,7 @@
 //! reconciler, the annotator, the webhooks of every replica, the webhook registration).
 //! Counted from the API server's audit log, which records every request of the
 //! operator's ServiceAccount: a cache starts with one list, then watches. The lists are
-//! counted, because 1.20 records a watch only when it ends (minutes later).
+//! counted, because the audit log records a watch only when it ends (minutes later).
 
 use std::collections::BTreeMap;
 use std::path::Path;

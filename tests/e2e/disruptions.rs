@@ -70,12 +70,10 @@ async fn all_ready_in(env: &Env, ns: &str) -> Result<()> {
 }
 
 /// The ingester budget allows a zone's share once the disruption webhook covers the
-/// namespace, and the disruption controller has counted it; the webhook fails closed
-/// where it is scoped to the ingesters (1.28+), open where only by namespace.
-/// (Before 1.21 the server serves PodDisruptionBudgets as `policy/v1beta1` only.)
+/// namespace, and the disruption controller has counted it; the webhook, scoped to the
+/// ingesters by its matchConditions, fails closed.
 async fn budget_and_configuration(env: &Env) -> Result<()> {
-    let version = if env.minor >= 21 { "v1" } else { "v1beta1" };
-    let gvk = GroupVersionKind::gvk("policy", version, "PodDisruptionBudget");
+    let gvk = GroupVersionKind::gvk("policy", "v1", "PodDisruptionBudget");
     let pdbs: Api<DynamicObject> =
         Api::namespaced_with(env.admin.clone(), NS, &ApiResource::from_gvk(&gvk));
     let name = format!("{STACK}-ingester");
@@ -95,10 +93,8 @@ async fn budget_and_configuration(env: &Env) -> Result<()> {
     let c = configs.get(names::WEBHOOK_DISRUPTION_CONFIGURATION).await?;
     let w = c.webhooks.unwrap_or_default();
     let w = w.first().context("no webhook in the configuration")?;
-    // The one assertion that adapts to the server: 1.20 has no matchConditions.
-    let policy = if env.minor >= 28 { "Fail" } else { "Ignore" };
     ensure!(
-        w.failure_policy.as_deref() == Some(policy),
+        w.failure_policy.as_deref() == Some("Fail"),
         "failure policy {:?}",
         w.failure_policy
     );
@@ -342,11 +338,9 @@ async fn off_stack(env: &Env) -> Result<BTreeMap<String, String>> {
 }
 
 /// Issue 26 (c): with no replica of the operator answering, the webhook blocks nothing
-/// but what it guards. A querier in the stack's namespace is evicted. Where the server
-/// has `matchConditions` (1.28+) an ingester is refused; on older servers the
-/// configuration can only be scoped by namespace, so it fails open and the ingester
-/// budget alone decides (docs/zone-aware-replication.md says which versions are fully
-/// scoped).
+/// but what it guards. A querier in the stack's namespace is evicted; an ingester is
+/// refused (the configuration's matchConditions call the webhook for the ingesters of
+/// zone-aware stacks only, and it fails closed).
 pub(super) async fn with_the_operator_stopped_only_ingesters_are_guarded(
     env: &mut Env,
 ) -> Result<()> {
@@ -364,17 +358,16 @@ pub(super) async fn with_the_operator_stopped_only_ingesters_are_guarded(
     env.stop_operator();
     let result = async {
         let q = evict_in(env, OFF_NS, &querier).await?;
-        ensure!(q == Ok(()), "evicting querier {querier} with the operator stopped: {q:?}");
+        ensure!(
+            q == Ok(()),
+            "evicting querier {querier} with the operator stopped: {q:?}"
+        );
         let i = evict_in(env, OFF_NS, &ingester).await?;
-        match (env.minor >= 28, i) {
-            (true, Err((_, m))) if m.contains(names::WEBHOOK_ZONE_DISRUPTIONS) => {
+        match i {
+            Err((_, m)) if m.contains(names::WEBHOOK_ZONE_DISRUPTIONS) => {
                 println!("    operator stopped: querier evicted, ingester refused ({m})")
             }
-            (false, Ok(())) => println!(
-                "    operator stopped on 1.{}: querier evicted; ingester {ingester} let through too (fail-open without matchConditions; its budget allowed it)",
-                env.minor
-            ),
-            (_, other) => bail!("evicting ingester {ingester} with the operator stopped: {other:?}"),
+            other => bail!("evicting ingester {ingester} with the operator stopped: {other:?}"),
         }
         anyhow::Ok(())
     }
@@ -497,16 +490,16 @@ async fn switch(env: &Env, value: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// Issue 26 (c), the reason the configuration fails open before 1.28: an
-/// `objectSelector` is matched against the Eviction, not the evicted pod, so it cannot
-/// pick ingesters. A configuration selecting a pod's label, pointing at nothing and
+/// Issue 26 (c), the reason the configuration picks ingesters by `matchConditions` (on
+/// the request's pod name) and not by `objectSelector`: an `objectSelector` is matched
+/// against the Eviction, not the evicted pod, so it cannot pick ingesters. A
+/// configuration selecting a pod's label, pointing at nothing and
 /// failing closed, lets that pod's eviction through; with an empty selector (matching
 /// every Eviction) the same configuration refuses.
 pub(super) async fn an_object_selector_cannot_pick_the_evicted_pod(env: &mut Env) -> Result<()> {
     let ns = "e2e-objectselector";
     super::namespace(env, ns).await?;
-    // The probe's configurations reach this namespace only (by a label of our own: 1.20
-    // sets no name label on namespaces).
+    // The probe's configurations reach this namespace only (by a label of our own).
     Api::<k8s_openapi::api::core::v1::Namespace>::all(env.admin.clone())
         .patch(
             ns,

@@ -223,7 +223,7 @@ fn deleted_at(p: &Pod) -> Option<Timestamp> {
         .ok()
 }
 
-/// The Kubernetes side of a lost zone, on the real 1.20 control plane: once zone-c's
+/// The Kubernetes side of a lost zone, on the real control plane: once zone-c's
 /// heartbeats stop, its nodes become Ready=Unknown with the `unreachable` NoSchedule and
 /// NoExecute taints; its pods are marked not Ready, then evicted (marked for deletion)
 /// only after the default toleration of [`UNREACHABLE_TOLERATION`], and stay Terminating

@@ -311,7 +311,6 @@ pub async fn rules_are_loaded_per_tenant_reported_and_removed(env: &mut Env) -> 
             .context("an interval of \"1 minute\" was accepted")?
     );
     ensure!(
-        // 1.20 names the field without its index (spec.groups.interval).
         loki_zone_operator_tests::admission::names_field(&refusal, "spec.groups[0].interval"),
         "the refusal does not name the field: {refusal}"
     );

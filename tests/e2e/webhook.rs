@@ -106,7 +106,7 @@ fn audit_len(env: &Env) -> usize {
 }
 
 /// A bare zone-aware pod of stack `STACK`, named like its pods, as the webhook's match
-/// conditions (1.30+) expect; only its stack's topology keys are ever copied onto it.
+/// conditions expect; only its stack's topology keys are ever copied onto it.
 fn zone_aware_pod(name: &str) -> Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {

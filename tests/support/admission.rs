@@ -1,5 +1,5 @@
-//! The CRD admission table, shared by the e2e scenario on the 1.20 control plane and by
-//! `tests/admission.rs` on a current apiextensions-apiserver: LokiStacks the API server
+//! The CRD admission table, shared by the e2e scenario and by `tests/admission.rs` (on
+//! the kube-apiserver of both ends of the supported range): LokiStacks the API server
 //! must reject, each with the field its error must name, and LokiStacks it must accept
 //! (the samples, the bundle's alm-examples, and values at every bound).
 //!
@@ -44,7 +44,7 @@ pub struct Invalid {
     pub name: String,
     pub body: Value,
     /// The field the error must name, indexed (`spec.replication.zones[0].maxSkew`);
-    /// [`names_field`] also accepts it without the index, as 1.20 writes it.
+    /// [`names_field`] also accepts it without the index, as older servers wrote it.
     pub field: String,
     /// The first Kubernetes minor version that rejects it at admission.
     pub rejected_since: u32,
@@ -1031,7 +1031,7 @@ pub fn unindexed(path: &str) -> String {
 }
 
 /// Whether an error message names `field`: current servers write list items with their
-/// index (`zones[0].maxSkew`), 1.20 without (`zones.maxSkew`).
+/// index (`zones[0].maxSkew`), older ones (1.20) wrote it without (`zones.maxSkew`).
 pub fn names_field(message: &str, field: &str) -> bool {
     message.contains(field) || unindexed(message).contains(&unindexed(field))
 }

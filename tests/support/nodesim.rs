@@ -398,7 +398,6 @@ impl NodeSim {
                 self.pod_ips,
             )),
             Box::pin(provisioner(self.client.clone())),
-            Box::pin(namespace_names(self.client.clone())),
         ];
         let handles = loops
             .into_iter()
@@ -436,34 +435,6 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
-    }
-}
-
-/// Plays kube-apiserver 1.21+, which labels every namespace `kubernetes.io/metadata.name`
-/// with its name (1.20, the control plane built here, does not): the zone-at-bind
-/// webhook's namespace selector matches on that label.
-async fn namespace_names(client: Client) {
-    use k8s_openapi::api::core::v1::Namespace;
-    let api: Api<Namespace> = Api::all(client);
-    // With backoff: a watch whose API server is gone fails at once, and a loop without
-    // it never yields, which keeps the test process from exiting.
-    let events = watcher(api.clone(), watcher::Config::default())
-        .default_backoff()
-        .applied_objects();
-    futures::pin_mut!(events);
-    while let Some(ev) = events.next().await {
-        let Ok(ns) = ev else { continue };
-        let name = ns.name_any();
-        if ns.labels().get(names::LABEL_NAMESPACE_NAME) == Some(&name) {
-            continue;
-        }
-        let patch = json!({"metadata": {"labels": {names::LABEL_NAMESPACE_NAME: name}}});
-        if let Err(e) = api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            eprintln!("[nodesim] labelling namespace {name}: {e}");
-        }
     }
 }
 

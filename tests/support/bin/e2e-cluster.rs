@@ -79,7 +79,7 @@ async fn demo(dir: &Path) -> Result<()> {
     use loki_zone_operator::model::api::LokiStack;
     use loki_zone_operator_tests::nodesim::{eventually, ZONE};
 
-    println!("starting a Kubernetes 1.20 control plane with 6 simulated nodes in 3 zones ...");
+    println!("starting a Kubernetes 1.35 control plane with 6 simulated nodes in 3 zones ...");
     let up = up(dir).await?;
     let client = client_for(&up.admin_kubeconfig).await?;
     let log = fs::File::create(dir.join("operator.log"))?;
