@@ -8,7 +8,9 @@
  *   demo env             prints the environment (for kubectl exec)
  *   demo ip              prints /proc/self/net/dev and /proc/self/net/fib_trie: the
  *                        pod's interfaces and IPv4 addresses (for kubectl exec)
- *   demo connect IP PORT opens a TCP connection and says whether it succeeded */
+ *   demo connect IP PORT opens a TCP connection and says whether it succeeded
+ *   demo get IP PORT N   N HTTP/1.0 GETs of /, one connection each, each answer read to
+ *                        its end; prints how many got a 200 (exit 1 unless all did) */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -45,6 +47,26 @@ static void env(void) {
   for (char **e = environ; *e; e++) printf("%s\n", *e);
 }
 
+/* One GET of / on a new connection; whether the answer was a 200. */
+static int get(const struct sockaddr_in *a) {
+  static const char req[] = "GET / HTTP/1.0\r\n\r\n";
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0 || connect(s, (const struct sockaddr *)a, sizeof *a) != 0 ||
+      write(s, req, sizeof req - 1) != (ssize_t)(sizeof req - 1)) {
+    if (s >= 0) close(s);
+    return 0;
+  }
+  char buf[256];
+  ssize_t n, total = 0;
+  int ok = 0;
+  while ((n = read(s, buf, sizeof buf)) > 0) {
+    if (total == 0 && n >= 12 && memcmp(buf + 9, "200", 3) == 0) ok = 1;
+    total += n;
+  }
+  close(s);
+  return ok;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "cat") == 0) {
@@ -58,6 +80,17 @@ int main(int argc, char **argv) {
   }
   if (argc > 1 && strcmp(argv[1], "ip") == 0) {
     return cat("/proc/self/net/dev") | cat("/proc/self/net/fib_trie");
+  }
+  if (argc > 4 && strcmp(argv[1], "get") == 0) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((unsigned short)atoi(argv[3]))};
+    if (inet_pton(AF_INET, argv[2], &a.sin_addr) != 1) {
+      fprintf(stderr, "demo: bad IPv4 address %s\n", argv[2]);
+      return 2;
+    }
+    int n = atoi(argv[4]), ok = 0;
+    for (int i = 0; i < n; i++) ok += get(&a);
+    printf("get %s:%s %d/%d ok\n", argv[2], argv[3], ok, n);
+    return ok == n ? 0 : 1;
   }
   if (argc > 3 && strcmp(argv[1], "connect") == 0) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((unsigned short)atoi(argv[3]))};
