@@ -346,16 +346,23 @@ async fn zone_aware_small_stack_spreads_over_three_zones(env: &mut Env) -> Resul
             "{name}: no init container"
         );
     }
-    // The entry Services ask kube-proxy for endpoints in the client's zone (1.31+,
-    // every supported server): the server kept the field, so it knows it.
+    // The entry Services ask kube-proxy for endpoints in the client's zone, by the name
+    // the server takes without a warning (PreferSameZone from 1.34): the server kept the
+    // field, so it knows it.
+    let want = if env.minor >= 34 {
+        "PreferSameZone"
+    } else {
+        "PreferClose"
+    };
     for svc in ["zones-distributor-http", "zones-query-frontend-http"] {
         let s = Api::<Service>::namespaced(env.admin.clone(), ns)
             .get(svc)
             .await?;
         let asked = s.spec.and_then(|s| s.traffic_distribution);
         ensure!(
-            asked.as_deref() == Some("PreferClose"),
-            "{svc}: trafficDistribution {asked:?}"
+            asked.as_deref() == Some(want),
+            "{svc}: trafficDistribution {asked:?} on 1.{}, want {want}",
+            env.minor
         );
     }
     let nodes = nodes_by_name(env).await?;

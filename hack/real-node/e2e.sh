@@ -727,11 +727,11 @@ TIME[total]=$(secs "$T_ALL")
   printf '  %-44s %8s s\n' "uninstall (delete -l ... -f install.yaml)" "${TIME[uninstall]:-?}"
   printf '  %-44s %8s s\n' "prefixed make deploy -> 2 Ready, webhooks" "${TIME[prefixed]:-?}"
   printf '  %-44s %8s s\n' "drain of an ingester's node (kubectl drain)" "${TIME[drain]:-?}"
-  printf '  %-44s %8s s\n' "PreferClose (${PC_REQUESTS:-60} GETs without, then with)" "${TIME[prefer_close]:-not run}"
+  printf '  %-44s %8s s\n' "trafficDistribution (${PC_REQUESTS:-60} GETs without, then with)" "${TIME[prefer_close]:-not run}"
   printf '  %-44s %8s s\n' "traffic view (gossip off and on, 2 outages)" "${TIME[traffic_view]:-not run}"
   printf '  %-44s %8s s\n' "client view (production timings, 2 outages)" "${TIME[client_view]:-not run}"
   printf '  %-44s %8s s\n' "total until the checks ended" "${TIME[total]}"
-  [ -z "${PC_FIGURES:-}" ] || echo "PreferClose from a client in zone-a, bytes per phase (out of zone-a, inside it, per ordered pair): $PC_FIGURES"
+  [ -z "${PC_FIGURES:-}" ] || echo "trafficDistribution from a client in zone-a, bytes per phase (out of zone-a, inside it, per ordered pair): $PC_FIGURES"
   echo "CPU (seconds since start) and RSS now, per part:"
   printf '  %-44s %8s s %6s MiB\n' "control plane (${#CP_PIDS[@]} processes)" "$(cpu_s "${CP_PIDS[@]}")" "$(rss "${CP_PIDS[@]}")"
   for i in "${!CP_PIDS[@]}"; do

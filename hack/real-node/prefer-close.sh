@@ -1,8 +1,9 @@
 # Sourced by e2e.sh, with or without a Loki image, after the drain: whether the real
-# kube-proxy keeps a client's traffic in its zone when a Service asks for
-# `trafficDistribution: PreferClose`, as the operator's entry Services (the distributor's
-# and the query frontend's HTTP Services of a zone-aware stack) do (issue 53, part 3).
-# PREFER_CLOSE=0 leaves it out.
+# kube-proxy keeps a client's traffic in its zone when a Service asks for it with
+# `trafficDistribution`, as the operator's entry Services (the distributor's and the
+# query frontend's HTTP Services of a zone-aware stack) do (issue 53, part 3): with
+# PC_VALUE, by default PreferSameZone, what the operator writes on 1.34 and later
+# (PreferClose, its older name, for 1.31 to 1.33). PREFER_CLOSE=0 leaves it out.
 #
 #   pc_run   in namespace prefer-close: a Deployment of the demo image answering HTTP on
 #            8080 (readiness probe on it), one replica per zone (a required zone spread),
@@ -12,7 +13,8 @@
 #            client sends PC_REQUESTS (default 60) HTTP GETs, one connection each, to the
 #            Service: first as it is created (no trafficDistribution), then once the
 #            Service asks for PreferClose and the EndpointSlice controller has given every
-#            endpoint its zone hint. The namespace is deleted again.
+#            endpoint its zone hint (and the API server wrote no warning about the value).
+#            The namespace is deleted again.
 #
 # Checked: every request answered in both phases; without PreferClose some requests leave
 # zone-a (60 requests over 3 endpoints all staying in zone-a by chance: 3^-60); with it,
@@ -30,6 +32,7 @@
 
 PC_NS=prefer-close
 PC_REQUESTS=${PC_REQUESTS:-60}
+PC_VALUE=${PC_VALUE:-PreferSameZone}
 
 # "zone-a=10.88.1.0/24 ...": each node's pod range (lib.sh gives node i 10.88.(i+1).0/24)
 # under its zone label.
@@ -127,14 +130,17 @@ PY
 }
 
 pc_run() {
-  say "PreferClose on the real kube-proxy: $PC_REQUESTS GETs from zone-a to a Service over ${#names[@]} zones, without then with it"
+  say "trafficDistribution: $PC_VALUE on the real kube-proxy: $PC_REQUESTS GETs from zone-a to a Service over ${#names[@]} zones, without then with it"
   pc_apply || { fail "prefer-close: the Deployment, Service and client could not be created"; return 0; }
   assert "prefer-close: a server pod per zone Ready and the client running" until_true "$TIMEOUT" pc_ready
   zt_setup "$NS" "$(pc_zone_spec)" || { fail "prefer-close: zt_setup failed"; return 0; }
   rm -f "$W/prefer-close.jsonl"
   zt_snapshot "$NS" start "$W/prefer-close.jsonl"
   pc_requests without
-  kubectl -n "$PC_NS" patch svc server --type merge -p '{"spec":{"trafficDistribution":"PreferClose"}}' >/dev/null
+  local said
+  said=$(kubectl -n "$PC_NS" patch svc server --type merge \
+    -p "{\"spec\":{\"trafficDistribution\":\"$PC_VALUE\"}}" 2>&1 >/dev/null)
+  assert "prefer-close: the API server takes $PC_VALUE without a warning${said:+: $said}" [ -z "$said" ]
   assert "prefer-close: every endpoint of the Service given its zone hint" until_true "$TIMEOUT" pc_hinted
   # kube-proxy reads the hints from the EndpointSlice it watches: a moment to sync.
   sleep 3
@@ -146,11 +152,11 @@ pc_run() {
   say "prefer-close, bytes by phase (label, out of zone-a, inside zone-a, every ordered pair):"
   say "  $without"
   say "  $with"
-  assert "prefer-close: without PreferClose some requests leave zone-a: $(awk '{print $2}' <<<"$without") B" \
+  assert "prefer-close: without $PC_VALUE some requests leave zone-a: $(awk '{print $2}' <<<"$without") B" \
     [ "$(awk '{print $2}' <<<"$without")" -gt 0 ]
-  assert "prefer-close: with PreferClose no byte leaves zone-a ($(awk '{print $2}' <<<"$with") B) and the requests stay inside it ($(awk '{print $3}' <<<"$with") B)" \
+  assert "prefer-close: with $PC_VALUE no byte leaves zone-a ($(awk '{print $2}' <<<"$with") B) and the requests stay inside it ($(awk '{print $3}' <<<"$with") B)" \
     awk '{exit !($2 == 0 && $3 > 0)}' <<<"$with"
-  PC_FIGURES="without: $without; with: $with"
+  PC_FIGURES="$PC_VALUE; without: $without; with: $with"
   zt_teardown "$NS"
   kubectl delete namespace "$PC_NS" --wait=false >/dev/null 2>&1 || true
 }

@@ -5,12 +5,14 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use loki_zone_operator::caches::scope::Scope;
-use loki_zone_operator::checks::kube_version::{KubeVersion, MIN_KUBE_VERSION};
+use loki_zone_operator::checks::kube_version::{
+    KubeVersion, MIN_KUBE_VERSION, PREFER_SAME_ZONE_SINCE,
+};
 use loki_zone_operator::cli::waitzone;
 use loki_zone_operator::cli::{self, RenderRequest};
 use loki_zone_operator::lead::own_image::OwnPod;
 use loki_zone_operator::model::duration;
-use loki_zone_operator::render::{self, Settings};
+use loki_zone_operator::render::{self, Settings, TrafficDistribution};
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
 
 /// `--version`: the release and the commit it was built from (operator/build.rs).
@@ -213,7 +215,7 @@ enum Command {
         /// Namespace of the rendered objects (default: the manifest's, else `default`).
         #[arg(short = 'n', long)]
         namespace: Option<String>,
-        #[arg(long, value_parser = cli::parse_kube_version, help = kube_version_help("rendered"))]
+        #[arg(long, value_parser = cli::parse_kube_version, help = render_kube_version_help())]
         kube_version: Option<KubeVersion>,
         #[command(flatten)]
         images: ImageArgs,
@@ -230,6 +232,13 @@ enum Command {
         #[arg(long, default_value = "1s", value_parser = duration::parse_duration)]
         interval: Duration,
     },
+}
+
+/// The help of `render --kube-version`: what the version changes, and the oldest accepted.
+fn render_kube_version_help() -> String {
+    format!(
+        "Kubernetes version of the target cluster (e.g. 1.35, 1.35+ or v1.35.4). From          {PREFER_SAME_ZONE_SINCE} a zone-aware stack's entry Services ask for          `trafficDistribution: PreferSameZone`, before it and without this option for          `PreferClose` (the same routing; 1.35 warns that PreferClose is deprecated,          servers before {PREFER_SAME_ZONE_SINCE} refuse PreferSameZone), as the operator          does from the server's version; nothing else changes. A version older than          {MIN_KUBE_VERSION}, the oldest supported, is refused (exit 2) with nothing rendered"
+    )
 }
 
 /// The help of `--kube-version`, naming the oldest supported version from its one constant.
@@ -430,7 +439,7 @@ fn main() -> ExitCode {
             secret,
             rules,
             namespace,
-            kube_version: _,
+            kube_version,
             images,
         } => render_stack(RenderRequest {
             stack_file: file,
@@ -438,7 +447,10 @@ fn main() -> ExitCode {
             secret_file: secret,
             rules_files: rules,
             namespace,
-            settings: images.settings(),
+            settings: Settings {
+                traffic_distribution: TrafficDistribution::for_version(kube_version),
+                ..images.settings()
+            },
         }),
         Command::WaitForZone {
             file,

@@ -176,13 +176,18 @@ fn crd_refuses_a_cluster_older_than_the_oldest_supported() {
     // LokiStack 6, AlertingRule and RecordingRule 1 each, RulerConfig 2 (the header
     // authentication of its Alertmanager and of a tenant's).
     assert_eq!(plain.matches("x-kubernetes-validations").count(), 10);
-    kube_version_changes_nothing_or_refuses(&["crd"], &plain, ["1.30", "1.30+", "v1.20.2"]);
+    kube_version_gives_or_refuses(
+        &["crd"],
+        [&plain, &plain, &plain],
+        ["1.30", "1.30+", "v1.20.2"],
+    );
 }
 
-/// `args` with `--kube-version` of a supported version prints `plain` exactly; with
-/// each of `older` it exits 2, prints nothing and names both versions.
-fn kube_version_changes_nothing_or_refuses(args: &[&str], plain: &str, older: [&str; 3]) {
-    for version in ["1.31", "1.31+", "v1.35.4"] {
+/// `args` with `--kube-version` 1.31, 1.31+ and v1.35.4 prints `want`'s texts in that
+/// order, exactly; with each of `older` it exits 2, prints nothing and names both
+/// versions.
+fn kube_version_gives_or_refuses(args: &[&str], want: [&str; 3], older: [&str; 3]) {
+    for (version, plain) in ["1.31", "1.31+", "v1.35.4"].into_iter().zip(want) {
         let out = run(&[args, &["--kube-version", version]].concat());
         assert_eq!(
             out.status.code(),
@@ -452,7 +457,8 @@ fn render_prints_the_budgets_as_policy_v1() {
     assert_eq!(versions, BTreeSet::from(["policy/v1".to_string()]));
 }
 
-/// `render --kube-version` renders the same objects for every supported version, and
+/// `render --kube-version` renders the same objects for every supported version (but
+/// the entry Services' `PreferSameZone` from 1.34 for `PreferClose`), and
 /// refuses an older one with nothing rendered.
 #[test]
 fn render_refuses_a_cluster_older_than_the_oldest_supported() {
@@ -463,9 +469,11 @@ fn render_refuses_a_cluster_older_than_the_oldest_supported() {
     let plain = text(&plain.stdout);
     assert!(plain.contains("trafficDistribution: PreferClose"));
     assert!(plain.contains("nodeTaintsPolicy: Honor"));
-    kube_version_changes_nothing_or_refuses(
+    // 1.34 and later take PreferSameZone, the name 1.35 does not warn about.
+    let newer = plain.replace("PreferClose", "PreferSameZone");
+    kube_version_gives_or_refuses(
         &["render", "-f", stack],
-        &plain,
+        [&plain, &plain, &newer],
         ["1.30", "1.20+", "v1.20.2"],
     );
     let out = run(&["render", "-f", stack, "--kube-version", "latest"]);

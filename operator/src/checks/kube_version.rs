@@ -13,10 +13,19 @@ use std::fmt;
 /// PodDisruptionBudgets, CEL rules (`x-kubernetes-validations`) in the CRDs,
 /// `matchConditions` on its webhooks (so the zone-disruption webhook fails closed on the
 /// stacks' ingesters only), `nodeTaintsPolicy: Honor` and `matchLabelKeys` in spread
-/// constraints, and `trafficDistribution: PreferClose` on the entry Services (1.31).
+/// constraints, and `trafficDistribution: PreferClose` on the entry Services (1.31;
+/// `PreferSameZone` from [`PREFER_SAME_ZONE_SINCE`]).
 pub const MIN_KUBE_VERSION: KubeVersion = KubeVersion {
     major: 1,
     minor: 31,
+};
+
+/// The first Kubernetes that takes `trafficDistribution: PreferSameZone` (beta and on by
+/// default in 1.34, GA in 1.35, where `PreferClose`, its older name, draws a deprecation
+/// warning on every write). Before it the API server refuses the value.
+pub const PREFER_SAME_ZONE_SINCE: KubeVersion = KubeVersion {
+    major: 1,
+    minor: 34,
 };
 
 /// A Kubernetes version, as far as the operator tells versions apart: major and minor.

@@ -31,7 +31,7 @@ use crate::caches::scope::Scope;
 use crate::caches::taps::Taps;
 use crate::checks::kube_version::{self, KubeVersion};
 use crate::model::names;
-use crate::render::Settings;
+use crate::render::{Settings, TrafficDistribution};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server;
 use crate::webhook::{self, WebhookConfig};
@@ -139,14 +139,16 @@ async fn wait_for_crd(client: &Client, shutdown: &watch::Receiver<bool>) -> Resu
 /// Asks the server its version, and refuses one older than the operator supports
 /// before anything else is done: what the operator renders and registers is what the
 /// oldest supported server takes, with no fallback for an older one.
-async fn connect(client: &Client) -> Result<(), RunError> {
+/// Reads the server's version, refuses one older than supported, and gives the version
+/// it behaves as (`None`: it does not say in a form we read).
+async fn connect(client: &Client) -> Result<Option<KubeVersion>, RunError> {
     let version = client
         .apiserver_version()
         .await
         .map_err(RunError::Version)?;
     check_server_version(&version)?;
     info!(version = %version.git_version, "connected to the API server");
-    Ok(())
+    Ok(behaves_as(&version))
 }
 
 /// The version a server behaves as: the one it emulates where it says so (a server run
@@ -180,7 +182,9 @@ fn check_server_version(info: &Info) -> Result<(), RunError> {
 }
 
 pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
-    connect(&client).await?;
+    let version = connect(&client).await?;
+    // What the server takes without a warning; the entry Services carry it.
+    cfg.settings.traffic_distribution = TrafficDistribution::for_version(version);
     cfg.settings.operator_image =
         own_image::pin(&client, &cfg.settings.operator_image, cfg.own_pod.as_ref()).await;
     let metrics = Arc::new(Metrics::default());

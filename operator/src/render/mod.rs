@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tera::Tera;
 
+use crate::checks::kube_version::{KubeVersion, PREFER_SAME_ZONE_SINCE};
 use crate::model::api::{LokiStack, MemberListSpec, ObjectStorageSchemaVersion};
 use crate::model::defaults::{Component, EffectiveComponent, EffectiveStack, WorkloadKind};
 use crate::model::names;
@@ -106,6 +107,39 @@ pub struct Settings {
     /// The operator's own namespace: its pods ask ingesters to leave the ring, which
     /// the stacks' NetworkPolicies must let through.
     pub operator_namespace: String,
+    /// How the entry Services ask for zone-local routing: by the server's version.
+    pub traffic_distribution: TrafficDistribution,
+}
+
+/// The `trafficDistribution` value of a zone-aware stack's entry Services. Both mean the
+/// same to kube-proxy: endpoints of the client's zone whenever it has any, every
+/// endpoint when it has none (so a lost zone never strands a client).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TrafficDistribution {
+    /// Every supported server takes it; 1.35 warns that it is deprecated. The value when
+    /// the target's version is not known.
+    #[default]
+    PreferClose,
+    /// Its name from 1.34 on ([`PREFER_SAME_ZONE_SINCE`]); refused before.
+    PreferSameZone,
+}
+
+impl TrafficDistribution {
+    /// What a server of `version` takes without a warning; `None` (unknown): the value
+    /// every supported server takes.
+    pub fn for_version(version: Option<KubeVersion>) -> TrafficDistribution {
+        match version {
+            Some(v) if v >= PREFER_SAME_ZONE_SINCE => TrafficDistribution::PreferSameZone,
+            _ => TrafficDistribution::PreferClose,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrafficDistribution::PreferClose => "PreferClose",
+            TrafficDistribution::PreferSameZone => "PreferSameZone",
+        }
+    }
 }
 
 impl Default for Settings {
@@ -115,6 +149,7 @@ impl Default for Settings {
             operator_image: DEFAULT_OPERATOR_IMAGE.into(),
             zone_wait_timeout: DEFAULT_ZONE_WAIT_TIMEOUT.into(),
             operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
+            traffic_distribution: TrafficDistribution::default(),
         }
     }
 }
@@ -697,10 +732,10 @@ struct Reach<'a> {
     port: (&'a str, i32),
     headless: bool,
     publish_not_ready: bool,
-    /// `trafficDistribution: PreferClose`: kube-proxy (or a service mesh reading the same
-    /// field) sends a client to endpoints of its own zone whenever that zone has any,
-    /// and to every endpoint when it has none, so a lost zone never strands a client.
-    zone_local: bool,
+    /// `trafficDistribution` ([`TrafficDistribution`]): kube-proxy (or a service mesh
+    /// reading the same field) sends a client to endpoints of its own zone whenever that
+    /// zone has any, and to every endpoint when it has none.
+    zone_local: Option<TrafficDistribution>,
 }
 
 fn service(
@@ -718,7 +753,7 @@ fn service(
         "port": {"name": reach.port.0, "port": reach.port.1},
         "headless": reach.headless,
         "publish_not_ready": reach.publish_not_ready,
-        "traffic_distribution": reach.zone_local.then_some("PreferClose"),
+        "traffic_distribution": reach.zone_local.map(TrafficDistribution::as_str),
     });
     document("service.yaml.tera", "Service", &ctx)
 }
@@ -896,7 +931,7 @@ fn gossip_service(stack: &LokiStack, name: &str) -> Result<Document, RenderError
             port: (names::PORT_NAME_GOSSIP, names::PORT_GOSSIP),
             headless: true,
             publish_not_ready: true,
-            zone_local: false,
+            zone_local: None,
         },
     )
 }
@@ -923,7 +958,8 @@ fn component_documents(
     // every pod and pick themselves), and ring members dial each other by pod address,
     // so nothing asked there would change a route.
     let entry = matches!(comp, Component::Distributor | Component::QueryFrontend);
-    let zone_local = entry && eff.zone_local_services;
+    let zone_local =
+        (entry && eff.zone_local_services).then_some(shared.settings.traffic_distribution);
     Ok(vec![
         service(
             stack,
@@ -946,7 +982,7 @@ fn component_documents(
                 port: grpc,
                 headless: true,
                 publish_not_ready: false,
-                zone_local: false,
+                zone_local: None,
             },
         )?,
         workload(stack, name, eff, c, shared)?,

@@ -504,6 +504,50 @@ fn entry_services_of_zone_aware_stacks_ask_for_zone_local_routing() {
     assert_eq!(service_routing(&off), vec![]);
 }
 
+/// From 1.34 the entry Services ask for `PreferSameZone`, the name 1.35 no longer warns
+/// about; before, and when the version is not known, `PreferClose`, which every
+/// supported server takes. Nothing else in the stack changes with it.
+#[test]
+fn the_entry_services_name_the_routing_as_the_server_takes_it() {
+    use crate::checks::kube_version::KubeVersion;
+    use crate::render::TrafficDistribution;
+    let v = |major, minor| Some(KubeVersion { major, minor });
+    assert_eq!(
+        TrafficDistribution::for_version(None),
+        TrafficDistribution::PreferClose
+    );
+    assert_eq!(
+        TrafficDistribution::for_version(v(1, 33)),
+        TrafficDistribution::PreferClose
+    );
+    assert_eq!(
+        TrafficDistribution::for_version(v(1, 34)),
+        TrafficDistribution::PreferSameZone
+    );
+    assert_eq!(
+        TrafficDistribution::for_version(v(1, 35)),
+        TrafficDistribution::PreferSameZone
+    );
+    assert_eq!(
+        TrafficDistribution::for_version(v(2, 0)),
+        TrafficDistribution::PreferSameZone
+    );
+    let zoned = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
+    let input = RenderInput::new(&zoned, effective(&zoned.spec));
+    let same_zone = Settings {
+        traffic_distribution: TrafficDistribution::PreferSameZone,
+        ..Settings::default()
+    };
+    let new = render(&input, &same_zone).expect("render");
+    let entry = ["s-distributor-http", "s-query-frontend-http"]
+        .map(|n| (n.to_string(), None, Some("PreferSameZone".to_string())))
+        .to_vec();
+    assert_eq!(service_routing(&new), entry);
+    let old = to_yaml_stream(&render(&input, &Settings::default()).expect("render")).expect("yaml");
+    let new = to_yaml_stream(&new).expect("yaml");
+    assert_eq!(new.replace("PreferSameZone", "PreferClose"), old);
+}
+
 fn config_of(s: &LokiStack) -> Value {
     let text = loki_config(&RenderInput::new(s, effective(&s.spec))).expect("config");
     serde_yaml_ng::from_str(&text).expect("config is YAML")
