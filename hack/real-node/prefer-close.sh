@@ -93,6 +93,15 @@ pc_ready() {
     [ "$(jp -n "$PC_NS" get pod client -o jsonpath='{.status.phase}')" = Running ]
 }
 
+# Every server pod Ready in the Service's EndpointSlice: before it the GETs would go to
+# the endpoints kube-proxy has so far (one run sent all 60 to zone-b's).
+pc_endpoints() {
+  local ready
+  ready=$(jp -n "$PC_NS" get endpointslices -l kubernetes.io/service-name=server \
+    -o jsonpath='{range .items[*].endpoints[*]}{.conditions.ready}{"\n"}{end}')
+  [ "$(grep -cx true <<<"$ready")" = "${#names[@]}" ]
+}
+
 # Every endpoint of the Service hinted for a zone (the EndpointSlice controller's answer
 # to PreferClose), as many hints as endpoints.
 pc_hinted() {
@@ -133,6 +142,9 @@ pc_run() {
   say "trafficDistribution: $PC_VALUE on the real kube-proxy: $PC_REQUESTS GETs from zone-a to a Service over ${#names[@]} zones, without then with it"
   pc_apply || { fail "prefer-close: the Deployment, Service and client could not be created"; return 0; }
   assert "prefer-close: a server pod per zone Ready and the client running" until_true "$TIMEOUT" pc_ready
+  assert "prefer-close: every server pod a ready endpoint of the Service" until_true "$TIMEOUT" pc_endpoints
+  # kube-proxy programs the endpoints from the EndpointSlice it watches: a moment to sync.
+  sleep 3
   zt_setup "$NS" "$(pc_zone_spec)" || { fail "prefer-close: zt_setup failed"; return 0; }
   rm -f "$W/prefer-close.jsonl"
   zt_snapshot "$NS" start "$W/prefer-close.jsonl"
