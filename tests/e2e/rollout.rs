@@ -35,6 +35,26 @@ pub(super) struct Seen {
     at: Instant,
     pod: String,
     up: bool,
+    /// Marked for deletion by Kubernetes' taint-eviction controller (a `DisruptionTarget`
+    /// condition, reason `DeletionByTaintManager`), not by the operator.
+    evicted_by_kubernetes: bool,
+}
+
+/// Whether Kubernetes' taint-eviction controller marked the pod for deletion. It deletes
+/// by name: a zone that returns within the toleration of its pods' evictions can see a
+/// StatefulSet pod recreated under that name deleted once more (the work item of the
+/// pod before it, keyed by name, fires on the new one), whatever the operator does.
+fn evicted_by_kubernetes(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "DisruptionTarget"
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some("DeletionByTaintManager")
+            })
+        })
 }
 
 /// Records every change of the stack's ingester pods, in the API server's order.
@@ -71,6 +91,7 @@ impl PodWatch {
                     at: Instant::now(),
                     pod: pod.name_any(),
                     up: !deleted && is_up(&pod),
+                    evicted_by_kubernetes: evicted_by_kubernetes(&pod),
                 };
                 out.lock().unwrap_or_else(|e| e.into_inner()).push(s);
             }
@@ -90,8 +111,10 @@ impl Drop for PodWatch {
     }
 }
 
-/// Walks the timeline: at no point may ingesters of two zones be down. Returns the zones
-/// in the order their first ingester went down, and how long each zone had one down.
+/// Walks the timeline: at no point may ingesters of two zones be down by the operator's
+/// doing (a pod Kubernetes' taint-eviction controller deletes is named, not counted:
+/// nothing the operator does prevents it). Returns the zones in the order their first
+/// ingester went down, and how long each zone had one down.
 pub(super) fn zones_in_turn(
     seen: &[Seen],
     zone_of: &BTreeMap<String, String>,
@@ -107,6 +130,12 @@ pub(super) fn zones_in_turn(
             if let Some(since) = down.remove(&s.pod) {
                 *spans.entry(zone.clone()).or_default() += s.at - since;
             }
+        } else if s.evicted_by_kubernetes && !down.contains_key(&s.pod) {
+            // Down by Kubernetes' doing, not the rollout's: see `evicted_by_kubernetes`.
+            println!(
+                "    {} ({zone}) deleted by Kubernetes' taint-eviction controller, not the operator",
+                s.pod
+            );
         } else {
             down.entry(s.pod.clone()).or_insert(s.at);
             if !order.contains(zone) {
