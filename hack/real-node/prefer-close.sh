@@ -158,9 +158,10 @@ pc_run() {
   sleep 3
   zt_snapshot "$NS" switch "$W/prefer-close.jsonl"
   pc_requests with
-  local without with
-  without=$(pc_figures | awk '$1 == "without"')
-  with=$(pc_figures | awk '$1 == "with"')
+  local without with figures
+  figures=$(pc_figures)
+  without=$(awk '$1 == "without"' <<<"$figures")
+  with=$(awk '$1 == "with"' <<<"$figures")
   say "prefer-close, bytes by phase (label, out of zone-a, inside zone-a, every ordered pair):"
   say "  $without"
   say "  $with"

@@ -511,27 +511,22 @@ fn entry_services_of_zone_aware_stacks_ask_for_zone_local_routing() {
 fn the_entry_services_name_the_routing_as_the_server_takes_it() {
     use crate::checks::kube_version::KubeVersion;
     use crate::render::TrafficDistribution;
+    use TrafficDistribution::{PreferClose, PreferSameZone};
     let v = |major, minor| Some(KubeVersion { major, minor });
-    assert_eq!(
-        TrafficDistribution::for_version(None),
-        TrafficDistribution::PreferClose
-    );
-    assert_eq!(
-        TrafficDistribution::for_version(v(1, 33)),
-        TrafficDistribution::PreferClose
-    );
-    assert_eq!(
-        TrafficDistribution::for_version(v(1, 34)),
-        TrafficDistribution::PreferSameZone
-    );
-    assert_eq!(
-        TrafficDistribution::for_version(v(1, 35)),
-        TrafficDistribution::PreferSameZone
-    );
-    assert_eq!(
-        TrafficDistribution::for_version(v(2, 0)),
-        TrafficDistribution::PreferSameZone
-    );
+    let table = [
+        (None, PreferClose),
+        (v(1, 33), PreferClose),
+        (v(1, 34), PreferSameZone),
+        (v(1, 35), PreferSameZone),
+        (v(2, 0), PreferSameZone),
+    ];
+    for (version, want) in table {
+        assert_eq!(
+            TrafficDistribution::for_version(version),
+            want,
+            "{version:?}"
+        );
+    }
     let zoned = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
     let input = RenderInput::new(&zoned, effective(&zoned.spec));
     let same_zone = Settings {
