@@ -18,7 +18,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
+use loki_zone_operator::checks::taint_evictions::RETURN_SETTLE;
 use loki_zone_operator::model::api::LokiStack;
+use loki_zone_operator_tests::harness::UNREACHABLE_TOLERATION;
 use loki_zone_operator_tests::nodesim::eventually;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
@@ -403,16 +405,42 @@ async fn paused_while_a_zone_is_lost(
         anyhow::Ok(())
     }
     .await;
+    let back = Instant::now();
     env.sim.zone_up("zone-a").await?;
     paused?;
     ensure!(!dark.is_empty(), "zone-a has no nodes");
     rollout_done(env, &before).await?;
-    let (order, _) =
-        zones_in_turn(&watch.since(started), zone_of).with_context(|| pod_history(env, NS))?;
+    let seen = watch.since(started);
+    let (order, _) = zones_in_turn(&seen, zone_of).with_context(|| pod_history(env, NS))?;
     ensure!(order == ZONES, "zones restarted in the order {order:?}");
+    let next = first_down_in(&seen, zone_of, "zone-b").context("zone-b never restarted")?;
+    let waited = next.saturating_duration_since(back);
+    ensure!(
+        waited >= settle_after_return(),
+        "zone-b restarted {waited:?} after zone-a returned: an eviction Kubernetes scheduled \
+         while zone-a was lost could still fire on its new pods"
+    );
     println!(
-        "    resumed after zone-a returned; whole rollout {:?}",
+        "    resumed after zone-a returned: zone-b restarted {waited:?} after it \
+         (its pods' toleration + the settle: {:?}); whole rollout {:?}",
+        settle_after_return(),
         started.elapsed()
     );
     Ok(())
+}
+
+/// How long after a zone returns the operator counts its pods as ones Kubernetes may
+/// still evict: the pods' toleration of the loss taints, then the settle
+/// (`checks/taint_evictions.rs`). Less a second: the operator reads the node's Ready
+/// time in whole seconds.
+fn settle_after_return() -> Duration {
+    let settle = Duration::try_from(RETURN_SETTLE).unwrap_or_default();
+    (UNREACHABLE_TOLERATION + settle).saturating_sub(Duration::from_secs(1))
+}
+
+/// When the first ingester of `zone` went down in `seen`.
+fn first_down_in(seen: &[Seen], zone_of: &BTreeMap<String, String>, zone: &str) -> Option<Instant> {
+    seen.iter()
+        .find(|s| !s.up && zone_of.get(&s.pod).is_some_and(|z| z == zone))
+        .map(|s| s.at)
 }

@@ -7,6 +7,7 @@ pub mod fields;
 pub mod kube_version;
 pub mod podzone;
 pub mod silence;
+pub mod taint_evictions;
 pub mod validate;
 pub mod volumes;
 pub mod zones;

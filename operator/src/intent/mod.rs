@@ -143,6 +143,10 @@ pub struct Rollout {
     pub delete: Vec<Victim>,
     /// `None` while no rollout is under way, so an idle stack's status does not change.
     pub status: Option<RolloutStatus>,
+    /// When a pod the rollout waits for stops being one Kubernetes may still evict
+    /// (`checks/taint_evictions.rs`): no change announces it, so the plan is looked at
+    /// again then.
+    pub settle_until: Option<Timestamp>,
 }
 
 /// What a pod needs to leave a lost zone.

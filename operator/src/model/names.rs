@@ -96,6 +96,9 @@ pub const ANNOTATION_ZONE_FAST_FAILOVER_MISSED_RENEWALS: &str =
 /// while their zone is taken out of service (their Ready condition set False with it),
 /// `True` once the zone's Leases are renewed again. Only pods it took out carry it.
 pub const POD_CONDITION_ZONE_AVAILABLE: &str = "loki.grafana.com/zone-available";
+/// The condition Kubernetes sets on a pod it is about to delete (a taint eviction, a
+/// preemption, the pod garbage collector).
+pub const POD_CONDITION_DISRUPTION_TARGET: &str = "DisruptionTarget";
 /// The reason of both conditions the fast failover sets False on a pod.
 pub const POD_REASON_ZONE_UNAVAILABLE: &str = "ZoneUnavailable";
 /// The reason of the zone-available condition once the zone is back.

@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::checks::podzone::node_name;
 use crate::checks::silence::{self, Silence, SilentZone, Tolerance};
 use crate::checks::zones::{zone_of, ZoneCheck};
-use crate::intent::{Failover, Fence, KubeletAlive, ZoneServiceWrite};
+use crate::intent::{Failover, Fence, Findings, KubeletAlive, ZoneServiceWrite};
 use crate::model::names;
 use crate::model::pods::condition;
 use crate::observe::Snapshot;
@@ -41,6 +41,17 @@ use crate::observe::Snapshot;
 pub enum Switch {
     On(Tolerance),
     Off,
+}
+
+impl Switch {
+    /// As the stack's findings set it: on unless the stack switched it off.
+    pub fn of(findings: &Findings) -> Switch {
+        if findings.fast_failover_off {
+            Switch::Off
+        } else {
+            Switch::On(findings.failover_tolerance)
+        }
+    }
 }
 
 /// The failover of a stack (`zone` is its zone check, `None` when it has no zones): the

@@ -15,6 +15,7 @@ pub mod rules;
 pub mod scale_down;
 pub mod staging;
 
+use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeSet;
 
 use crate::checks::validate::{
@@ -23,8 +24,8 @@ use crate::checks::validate::{
 };
 use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
-use crate::intent::{Action, Findings, Intent, PlannedEvent, RuleFindings};
-use crate::model::api::{LokiStack, ZoneAwarenessStage};
+use crate::intent::{Action, Findings, Intent, PlannedEvent, Rollout, RuleFindings};
+use crate::model::api::{LokiStack, ZoneAwarenessStage, ZoneAwarenessStatus};
 use crate::model::defaults::{effective, Component, EffectiveStack};
 use crate::model::go_compat;
 use crate::model::storage::{self as storage, check_ca, StorageSecretError, StoreParams};
@@ -233,29 +234,41 @@ pub fn plan(
         .as_ref()
         .is_some_and(|z| z.stage == ZoneAwarenessStage::Disabling);
     let applying = matches!(action, Action::Apply { .. });
-    let switch = if findings.fast_failover_off {
-        failover::Switch::Off
-    } else {
-        failover::Switch::On(findings.failover_tolerance)
-    };
+    let switch = failover::Switch::of(&findings);
     // Before the rollout: a zone the failover takes out is one the rollout waits for.
     let failover = failover::plan(snapshot, findings.zone.as_ref(), switch);
+    let rollout = rollout::step(stack, snapshot, &findings, &failover.zones_out, applying);
+    let wake_after = wake_after(zone_awareness.as_ref(), &rollout, snapshot.now);
     Ok(Intent {
         now: snapshot.now,
         wait_for_webhook: applying && eff.zone_aware() && !turning_off,
         scale_down: scale_down::plan(snapshot, &eff, &action),
-        rollout: rollout::step(stack, snapshot, &findings, &failover.zones_out, applying),
+        rollout,
         recovery: recovery::plan(stack, snapshot, &findings, &eff),
         failover,
         stage_event: staging::transition(previous.as_ref(), zone_awareness.as_ref())
             .map(|(reason, note)| PlannedEvent::normal(reason, note)),
-        wake_after: staging::wake_after(zone_awareness.as_ref(), snapshot.now),
+        wake_after,
         eff,
         findings,
         action,
         held,
         zone_awareness,
     })
+}
+
+/// When to plan again though nothing changes: the earliest of the zone-awareness stage
+/// moving on and the rollout's wait for pods Kubernetes may still evict.
+fn wake_after(
+    zone_awareness: Option<&ZoneAwarenessStatus>,
+    rollout: &Rollout,
+    now: Timestamp,
+) -> Option<std::time::Duration> {
+    let stage = staging::wake_after(zone_awareness, now);
+    stage
+        .into_iter()
+        .chain(rollout::wake_after(rollout, now))
+        .min()
 }
 
 /// The ingesters one zone may have down at once: `spec.replication.maxUnavailablePerZone`,

@@ -9,8 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
 
+use crate::checks::taint_evictions::{hazard, Hazard};
 use crate::checks::zones::ZoneState;
 use crate::intent::{Findings, Rollout, Victim};
 use crate::model::api::{LokiStack, RolloutStatus, ZoneRolloutStatus};
@@ -31,6 +33,11 @@ pub struct Inputs<'a> {
     pub statefulsets: Vec<&'a StatefulSet>,
     /// The stack's pods.
     pub pods: Vec<&'a Pod>,
+    /// The nodes the pods are bound to, by name: a pod Kubernetes may still evict
+    /// (`checks/taint_evictions.rs`) does not count as up.
+    pub nodes: BTreeMap<&'a str, &'a Node>,
+    /// The snapshot's clock.
+    pub now: Timestamp,
     /// The zones the zone check finds disrupted (unavailable or in maintenance): the one
     /// zone that may be down, so no other zone is rolled meanwhile.
     pub disrupted: BTreeMap<String, ZoneState>,
@@ -58,10 +65,26 @@ struct Member<'a> {
     component: &'a str,
     outdated: bool,
     ready: bool,
+    /// Why Kubernetes may still delete the pod, though it is Ready.
+    hazard: Option<Hazard>,
     terminating: bool,
 }
 
 impl Member<'_> {
+    /// Ready, and nothing says Kubernetes is about to take it: what a zone needs of
+    /// each pod before the next zone may restart.
+    fn up(&self) -> bool {
+        self.ready && self.hazard.is_none()
+    }
+
+    /// Until when Kubernetes may still evict it, its node having returned lately.
+    fn returned_until(&self) -> Option<Timestamp> {
+        match self.hazard {
+            Some(Hazard::Returned { until }) => Some(until),
+            _ => None,
+        }
+    }
+
     fn zone_or_none(&self) -> &str {
         self.zone.unwrap_or(NO_ZONE)
     }
@@ -91,9 +114,9 @@ fn rolled<'a>(sets: &[&'a StatefulSet]) -> BTreeMap<&'a str, &'a StatefulSet> {
         .collect()
 }
 
-fn members<'a>(pods: &[&'a Pod], sets: &BTreeMap<&'a str, &'a StatefulSet>) -> Vec<Member<'a>> {
+fn members<'a>(input: &Inputs<'a>, sets: &BTreeMap<&'a str, &'a StatefulSet>) -> Vec<Member<'a>> {
     let mut out = Vec::new();
-    for pod in pods {
+    for pod in &input.pods {
         let meta = &pod.metadata;
         let owner = meta.owner_references.iter().flatten().find(|o| {
             o.controller == Some(true)
@@ -110,6 +133,8 @@ fn members<'a>(pods: &[&'a Pod], sets: &BTreeMap<&'a str, &'a StatefulSet>) -> V
         let revision = labels.and_then(|l| l.get(names::LABEL_REVISION));
         let update = set.status.as_ref().and_then(|s| s.update_revision.as_ref());
         let terminating = meta.deletion_timestamp.is_some();
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        let node = node.and_then(|n| input.nodes.get(n).copied());
         out.push(Member {
             pod,
             name,
@@ -123,6 +148,7 @@ fn members<'a>(pods: &[&'a Pod], sets: &BTreeMap<&'a str, &'a StatefulSet>) -> V
             component: component_of(pod).map_or("pod", Component::name),
             outdated: update.is_some_and(|u| revision != Some(u)),
             ready: !terminating && pod_phase(pod) == PodPhase::Ready,
+            hazard: hazard(pod, node, input.now),
             terminating,
         });
     }
@@ -155,16 +181,17 @@ pub fn plan(input: &Inputs) -> Rollout {
     if sets.is_empty() {
         return Rollout::default();
     }
-    let members = members(&input.pods, &sets);
+    let members = members(input, &sets);
     let mut waits = set_waits(&sets, &members);
     let outdated = members.iter().any(|m| m.outdated);
-    let settled = waits.is_empty() && members.iter().all(|m| m.ready);
+    let settled = waits.is_empty() && members.iter().all(Member::up);
     if !outdated && (settled || !input.rolling) {
         return Rollout::default();
     }
     let (chosen, zone) = choose(&members, input, &mut waits);
     Rollout {
         delete: chosen.iter().map(|m| m.victim()).collect(),
+        settle_until: settle_until(&members),
         status: Some(RolloutStatus {
             zone,
             zones: progress(&members),
@@ -191,14 +218,25 @@ fn progress(members: &[Member]) -> Vec<ZoneRolloutStatus> {
         .collect()
 }
 
-/// The pods of rolled StatefulSets that are not Ready, by zone. Under a forced rollout
-/// an unavailable zone's pods hold back nothing: they cannot be Ready until it returns.
+/// When the first pod Kubernetes may still evict after its node returned stops being
+/// one: the plan must be looked at again then, as no change announces it.
+fn settle_until(members: &[Member]) -> Option<Timestamp> {
+    members
+        .iter()
+        .filter(|m| m.ready)
+        .filter_map(Member::returned_until)
+        .min()
+}
+
+/// The pods of rolled StatefulSets that are not up ([`Member::up`]), by zone. Under a
+/// forced rollout an unavailable zone's pods hold back nothing: they cannot be Ready
+/// until it returns.
 fn down_by_zone<'m, 'a>(
     members: &'m [Member<'a>],
     input: &Inputs,
 ) -> BTreeMap<&'a str, Vec<&'m Member<'a>>> {
     let mut out: BTreeMap<&str, Vec<&Member>> = BTreeMap::new();
-    for m in members.iter().filter(|m| !m.ready) {
+    for m in members.iter().filter(|m| !m.up()) {
         let lost = m.zone.is_some_and(|z| input.disrupted.contains_key(z));
         let lost = lost || m.zone.is_some_and(|z| input.failed_over.contains(z));
         if let (Some(zone), false) = (m.zone, input.forced && lost) {
@@ -208,17 +246,43 @@ fn down_by_zone<'m, 'a>(
     out
 }
 
-/// "zone b: 1 ingester, 2 compactors not Ready".
+/// "zone b: 1 ingester, 2 compactors not Ready", then the pods Kubernetes may still
+/// evict, and until when.
 fn describe_down(zone: &str, down: &[&Member]) -> String {
+    let (not_ready, ready): (Vec<&Member>, Vec<&Member>) = down.iter().partition(|m| !m.ready);
+    let (returned, evicting): (Vec<&Member>, Vec<&Member>) = ready
+        .into_iter()
+        .partition(|m| m.returned_until().is_some());
+    let mut parts = Vec::new();
+    if !not_ready.is_empty() {
+        parts.push(format!("{} not Ready", count_components(&not_ready)));
+    }
+    if !evicting.is_empty() {
+        parts.push(format!(
+            "{} being evicted by Kubernetes",
+            count_components(&evicting)
+        ));
+    }
+    if let Some(until) = returned.iter().filter_map(|m| m.returned_until()).max() {
+        parts.push(format!(
+            "{} on nodes back from an outage, which Kubernetes may still evict until {until}",
+            count_components(&returned)
+        ));
+    }
+    format!("zone {zone}: {}", parts.join("; "))
+}
+
+/// "1 ingester, 2 compactors".
+fn count_components(members: &[&Member]) -> String {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for m in down {
+    for m in members {
         *counts.entry(m.component).or_default() += 1;
     }
     let parts: Vec<String> = counts
         .into_iter()
         .map(|(c, n)| format!("{n} {c}{}", if n == 1 { "" } else { "s" }))
         .collect();
-    format!("zone {zone}: {} not Ready", parts.join(", "))
+    parts.join(", ")
 }
 
 /// The pods to delete in this step and the zone in progress; what it waits for goes to
@@ -302,19 +366,19 @@ fn first_outdated_zone<'a>(members: &[Member<'a>], input: &Inputs) -> Option<&'a
         .min()
 }
 
-/// The outdated pods of `zone` to delete: those not Ready cost nothing more; Ready ones
-/// as long as the zone stays within `max` pods down.
+/// The outdated pods of `zone` to delete: those not up cost nothing more; up ones as
+/// long as the zone stays within `max` pods down.
 fn in_zone<'m, 'a>(
     members: &'m [Member<'a>],
     zone: &str,
     max: Option<usize>,
 ) -> Vec<&'m Member<'a>> {
     let of_zone: Vec<&Member> = members.iter().filter(|m| m.zone == Some(zone)).collect();
-    let mut down = of_zone.iter().filter(|m| !m.ready).count();
+    let mut down = of_zone.iter().filter(|m| !m.up()).count();
     let budget = max.unwrap_or(usize::MAX);
     let mut chosen = Vec::new();
     for m in of_zone.iter().filter(|m| m.outdated && !m.terminating) {
-        if !m.ready {
+        if !m.up() {
             chosen.push(*m);
         } else if down < budget {
             chosen.push(*m);
@@ -330,6 +394,15 @@ fn names_of(members: &[&Member]) -> String {
         .map(|m| m.name)
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// When to look at the rollout again though nothing changes: once the first pod it
+/// waits for stops being one Kubernetes may still evict (a second later, so that it has).
+pub fn wake_after(rollout: &Rollout, now: Timestamp) -> Option<std::time::Duration> {
+    let left = rollout.settle_until?.duration_since(now);
+    Some(
+        std::time::Duration::try_from(left).unwrap_or_default() + std::time::Duration::from_secs(1),
+    )
 }
 
 /// The stack asks to roll ring members during an outage.
@@ -353,6 +426,12 @@ pub fn inputs<'a>(
     Inputs {
         statefulsets: snapshot.statefulsets.iter().map(AsRef::as_ref).collect(),
         pods: snapshot.pod_refs(),
+        nodes: snapshot
+            .pod_nodes
+            .iter()
+            .map(|(name, node)| (name.as_str(), node.as_ref()))
+            .collect(),
+        now: snapshot.now,
         disrupted: findings
             .zone
             .iter()
@@ -395,6 +474,7 @@ mod tests {
         StatefulSetSpec, StatefulSetStatus, StatefulSetUpdateStrategy,
     };
 
+    use k8s_openapi::jiff::SignedDuration;
     use kube::api::ObjectMeta;
 
     const NEW: &str = "ing-new";
@@ -714,6 +794,105 @@ mod tests {
         );
         assert!(d.delete.is_empty());
         assert_eq!(waiting(&d), "zone c in maintenance");
+    }
+
+    /// Zone a is back from an outage with its pods updated and Ready on nodes Ready
+    /// again since T0; the pods tolerate the loss taints for 10 s. Kubernetes may still
+    /// evict them (a taint eviction of the pod of that name before them), so zone b
+    /// waits until the toleration and the settle have passed, and the plan says when to
+    /// look again.
+    #[test]
+    fn a_zone_back_from_an_outage_holds_the_next_until_no_eviction_can_fire() {
+        use k8s_openapi::api::core::v1::Toleration;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let t0 = Timestamp::from_second(1_800_000_000).expect("a time");
+        let mut node = testing::node("back", &[]);
+        if let Some(c) = node.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+            c[0].last_transition_time = Some(Time(t0));
+        }
+        let mut pods = six([NEW, NEW, OLD, OLD, OLD, OLD], ALL_READY);
+        for p in pods.iter_mut().filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("ing-a"))
+        }) {
+            let spec = p.spec.get_or_insert_with(Default::default);
+            spec.node_name = Some("back".into());
+            spec.tolerations = Some(vec![Toleration {
+                operator: Some("Exists".into()),
+                effect: Some("NoExecute".into()),
+                toleration_seconds: Some(10),
+                ..Default::default()
+            }]);
+        }
+        let sets = [set("ing", 6, "OnDelete")];
+        let at = |secs: i64| {
+            plan(&Inputs {
+                statefulsets: sets.iter().collect(),
+                pods: pods.iter().collect(),
+                nodes: [("back", &node)].into(),
+                now: t0
+                    .checked_add(SignedDuration::from_secs(secs))
+                    .expect("a time"),
+                ..Default::default()
+            })
+        };
+        let d = at(5);
+        assert!(d.delete.is_empty(), "{:?}", deleted(&d));
+        let until = t0
+            .checked_add(SignedDuration::from_secs(20))
+            .expect("a time");
+        assert_eq!(
+            waiting(&d),
+            format!("zone a: 2 ingesters on nodes back from an outage, which Kubernetes may still evict until {until}")
+        );
+        assert_eq!(d.settle_until, Some(until));
+        let now = t0
+            .checked_add(SignedDuration::from_secs(5))
+            .expect("a time");
+        assert_eq!(
+            wake_after(&d, now),
+            Some(std::time::Duration::from_secs(16))
+        );
+        // Past it, zone b restarts.
+        let d = at(20);
+        assert_eq!(deleted(&d), ["ing-b-0", "ing-b-1"]);
+        assert_eq!(d.settle_until, None);
+    }
+
+    /// A pod Kubernetes announced it deletes (`DisruptionTarget`) is down already: its
+    /// zone is the one in progress, and no other starts.
+    #[test]
+    fn a_pod_kubernetes_is_deleting_holds_the_next_zone() {
+        let mut pods = six([NEW, NEW, OLD, OLD, OLD, OLD], ALL_READY);
+        let doomed = testing::pod("x")
+            .condition_since(
+                names::POD_CONDITION_DISRUPTION_TARGET,
+                "True",
+                "2027-01-15T08:00:00Z",
+            )
+            .build();
+        let condition = doomed
+            .status
+            .and_then(|s| s.conditions)
+            .expect("a condition");
+        if let Some(p) = pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("ing-a-1"))
+        {
+            let status = p.status.get_or_insert_with(Default::default);
+            status
+                .conditions
+                .get_or_insert_with(Vec::new)
+                .extend(condition);
+        }
+        let d = decide(&[set("ing", 6, "OnDelete")], &pods, |_| {});
+        assert!(d.delete.is_empty(), "{:?}", deleted(&d));
+        assert_eq!(
+            waiting(&d),
+            "zone a: 1 ingester being evicted by Kubernetes"
+        );
     }
 
     #[test]

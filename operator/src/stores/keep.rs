@@ -11,7 +11,7 @@ use std::hash::{Hash, Hasher};
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{
     Node, NodeSpec, NodeStatus, ObjectReference, PersistentVolume, PersistentVolumeSpec,
-    PersistentVolumeStatus, Pod, PodSpec, PodStatus, Secret,
+    PersistentVolumeStatus, Pod, PodSpec, PodStatus, Secret, Toleration,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::ByteString;
@@ -65,12 +65,29 @@ pub fn node_fingerprint(n: &Node) -> u64 {
     h.finish()
 }
 
-/// Keeps metadata, node and phase; a pod's containers are never read.
+/// The pod conditions the operator reads.
+const POD_CONDITIONS: [&str; 3] = [
+    "Ready",
+    names::POD_CONDITION_ZONE_AVAILABLE,
+    names::POD_CONDITION_DISRUPTION_TARGET,
+];
+
+/// Keeps metadata, node, phase and the tolerations that can evict (effect `NoExecute`
+/// or any: `checks/taint_evictions.rs`); a pod's containers are never read.
 pub fn strip_pod(p: &mut Pod) {
     strip_meta(&mut p.metadata);
-    let node_name = p.spec.take().and_then(|s| s.node_name);
+    let spec = p.spec.take().unwrap_or_default();
+    let evicting = |t: &Toleration| {
+        t.effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == "NoExecute")
+    };
     p.spec = Some(PodSpec {
-        node_name,
+        node_name: spec.node_name,
+        tolerations: spec
+            .tolerations
+            .map(|ts| ts.into_iter().filter(evicting).collect::<Vec<_>>())
+            .filter(|ts| !ts.is_empty()),
         ..Default::default()
     });
     let status = p.status.take().unwrap_or_default();
@@ -78,7 +95,7 @@ pub fn strip_pod(p: &mut Pod) {
         phase: status.phase,
         conditions: status.conditions.map(|cs| {
             cs.into_iter()
-                .filter(|c| c.type_ == "Ready" || c.type_ == names::POD_CONDITION_ZONE_AVAILABLE)
+                .filter(|c| POD_CONDITIONS.contains(&c.type_.as_str()))
                 .collect()
         }),
         // Where a leaving ingester is asked to leave the ring (`act/scale_down.rs`).
@@ -218,6 +235,52 @@ mod tests {
             ..Default::default()
         });
         assert_ne!(node_fingerprint(&not_ready), base);
+    }
+
+    /// A rollout reads whether Kubernetes may still evict a pod: the tolerations that can
+    /// evict and the `DisruptionTarget` condition stay; the rest of the spec goes.
+    #[test]
+    fn stripped_pods_keep_what_a_taint_eviction_reads() {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ing-0"},
+            "spec": {
+                "nodeName": "n",
+                "containers": [{"name": "loki", "image": "loki"}],
+                "tolerations": [
+                    {"key": names::TAINT_UNREACHABLE, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                    {"key": "example.com/batch", "operator": "Exists", "effect": "NoSchedule"},
+                    {"operator": "Exists"},
+                ],
+            },
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "PodScheduled", "status": "True"},
+                {"type": names::POD_CONDITION_DISRUPTION_TARGET, "status": "True"},
+            ]},
+        }))
+        .expect("a pod");
+        strip_pod(&mut p);
+        let spec = p.spec.expect("a spec");
+        assert!(spec.containers.is_empty());
+        assert_eq!(spec.node_name.as_deref(), Some("n"));
+        let kept: Vec<Option<&str>> = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(|t| t.key.as_deref())
+            .collect();
+        assert_eq!(kept, [Some(names::TAINT_UNREACHABLE), None]);
+        let conditions: Vec<String> = p
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .map(|c| c.type_)
+            .collect();
+        assert_eq!(
+            conditions,
+            ["Ready", names::POD_CONDITION_DISRUPTION_TARGET]
+        );
     }
 
     #[test]
