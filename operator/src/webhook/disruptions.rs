@@ -11,6 +11,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -21,6 +22,7 @@ use super::eviction::{Ingester, Review, Verdict};
 use super::review::{reply, request, Hook};
 use crate::caches::stacks;
 use crate::checks::podzone::{node_name, pod_keys, pod_zone_annotation};
+use crate::checks::taint_evictions::hazard;
 use crate::checks::validate::zone_aware_evictions;
 use crate::checks::zones::{node_lost, volume_zone, zone_of};
 use crate::model::defaults::Component;
@@ -212,7 +214,7 @@ impl Hook {
         let node_down = node
             .clone()
             .is_some_and(|n| n.is_none_or(|n| node_lost(&n)));
-        let node_cordoned = node.flatten().is_some_and(|n| {
+        let node_cordoned = node.clone().flatten().is_some_and(|n| {
             n.spec
                 .as_ref()
                 .and_then(|s| s.unschedulable)
@@ -232,6 +234,7 @@ impl Hook {
             node_down,
             node_cordoned,
             eviction_allowed: false,
+            hazard: hazard(pod, node.flatten().as_deref(), Timestamp::now()),
         }
     }
 }

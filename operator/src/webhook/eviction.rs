@@ -6,7 +6,8 @@
 //! copy; an ingester down in a second zone at the same time takes a second copy, and
 //! with a replication factor of 3 that stream falls below its write quorum. So an
 //! eviction is allowed when every ingester that is unavailable (not Ready, being
-//! deleted, on a node that is down, or evicted moments ago) is in the zone of the pod
+//! deleted, on a node that is down, evicted moments ago, or one Kubernetes may still
+//! evict after a node loss: `checks/taint_evictions.rs`) is in the zone of the pod
 //! being evicted, and at most `spec.replication.maxUnavailablePerZone` of that zone's
 //! ingesters would then be down; it is refused otherwise, with the zone that is
 //! disrupted named. The PodDisruptionBudget still applies after this webhook allows.
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::checks::podzone::node_name;
+use crate::checks::taint_evictions::Hazard;
 use crate::model::conditions::pod_phase;
 use crate::model::conditions::PodPhase;
 
@@ -35,6 +37,12 @@ pub enum Why {
     /// Ready, on a node that is cordoned: its zone is in maintenance and about to be
     /// drained. It disrupts its zone for the other zones, not for its own.
     Cordoned,
+    /// Ready, but Kubernetes marked it for deletion or its node for eviction
+    /// (`checks/taint_evictions.rs`).
+    TaintEviction,
+    /// Ready, on a node back from an outage less than the pod's toleration ago:
+    /// Kubernetes may still evict it (`checks/taint_evictions.rs`).
+    NodeReturned,
 }
 
 impl fmt::Display for Why {
@@ -46,6 +54,10 @@ impl fmt::Display for Why {
             Why::EvictionAllowed => "being evicted",
             Why::Recreating => "evicted, not recreated yet",
             Why::Cordoned => "on a cordoned node: its zone is in maintenance",
+            Why::TaintEviction => "being evicted by Kubernetes",
+            Why::NodeReturned => {
+                "on a node back from an outage: Kubernetes may still evict it until its toleration has passed"
+            }
         })
     }
 }
@@ -64,6 +76,8 @@ pub struct Ingester<'a> {
     pub node_cordoned: bool,
     /// This webhook allowed its eviction moments ago.
     pub eviction_allowed: bool,
+    /// Why Kubernetes may still delete it, though it is Ready.
+    pub hazard: Option<Hazard>,
 }
 
 impl Ingester<'_> {
@@ -76,6 +90,11 @@ impl Ingester<'_> {
             Some(Why::NodeDown)
         } else if pod_phase(self.pod) != PodPhase::Ready {
             Some(Why::NotReady)
+        } else if let Some(h) = self.hazard {
+            Some(match h {
+                Hazard::Returned { .. } => Why::NodeReturned,
+                Hazard::Announced | Hazard::Tainted => Why::TaintEviction,
+            })
         } else {
             None
         }
@@ -382,6 +401,7 @@ mod tests {
                 node_down: false,
                 node_cordoned: false,
                 eviction_allowed: false,
+                hazard: None,
             })
             .collect()
     }
@@ -409,6 +429,28 @@ mod tests {
             ),
             "{msg}"
         );
+    }
+
+    /// Zone a is back from an outage, its ingesters Ready, but Kubernetes may still
+    /// evict them (or has marked one): zone b's may not go meanwhile; zone a's may.
+    #[test]
+    fn a_zone_kubernetes_may_still_evict_is_disrupted() {
+        use k8s_openapi::jiff::Timestamp;
+        let pods = six();
+        let mut all = ingesters(&pods);
+        all[0].hazard = Some(Hazard::Returned {
+            until: Timestamp::UNIX_EPOCH,
+        });
+        all[1].hazard = Some(Hazard::Announced);
+        let Verdict::Deny(d) = decide(&all[2], &all, &[], None) else {
+            panic!("a second zone while Kubernetes may evict zone a's ingesters");
+        };
+        let msg = d.to_string();
+        assert!(
+            msg.contains("zone a is disrupted, i-0 (on a node back from an outage: Kubernetes may still evict it until its toleration has passed), i-1 (being evicted by Kubernetes)"),
+            "{msg}"
+        );
+        assert_eq!(decide(&all[0], &all, &[], None), Verdict::AlreadyDown);
     }
 
     #[test]
