@@ -90,13 +90,11 @@ impl Ingester<'_> {
             Some(Why::NodeDown)
         } else if pod_phase(self.pod) != PodPhase::Ready {
             Some(Why::NotReady)
-        } else if let Some(h) = self.hazard {
-            Some(match h {
+        } else {
+            self.hazard.map(|h| match h {
                 Hazard::Returned { .. } => Why::NodeReturned,
                 Hazard::Announced | Hazard::Tainted => Why::TaintEviction,
             })
-        } else {
-            None
         }
     }
 
