@@ -86,6 +86,7 @@ use webhook::{
     a_broken_webhook_never_blocks_scheduling,
     a_namespace_without_zone_aware_stacks_never_reaches_the_webhook,
     pods_are_zoned_in_the_event_that_binds_them,
+    pods_read_the_zone_label_kubernetes_copies_at_binding,
 };
 
 #[path = "e2e/upgrade.rs"]
@@ -186,6 +187,19 @@ fn stack_json(name: &str, size: &str, replication: Value) -> Value {
         spec["replication"] = replication;
     }
     json!({"apiVersion": "loki.grafana.com/v1", "kind": "LokiStack", "metadata": {"name": name}, "spec": spec})
+}
+
+/// `body` (a stack) with its pods zoned by the operator (the zone-at-bind webhook, the
+/// annotator) where Kubernetes would copy the zone label itself: for the scenarios that
+/// prove that path on the current server.
+fn zoned_by_the_operator(mut body: Value) -> Value {
+    body["metadata"]["annotations"][names::ANNOTATION_ZONE_FROM_POD_LABEL] = json!("false");
+    body
+}
+
+/// The zone the pod's Loki reads: its label or its annotation, as it was rendered.
+fn zone_as_read(p: &Pod) -> Option<String> {
+    loki_zone_operator::checks::podzone::zone_as_read(p).map(str::to_string)
 }
 
 async fn create_stack(env: &Env, ns: &str, body: Value) -> Result<LokiStack> {
@@ -382,13 +396,10 @@ async fn zone_aware_small_stack_spreads_over_three_zones(env: &mut Env) -> Resul
             .and_then(|s| s.node_name.clone())
             .context("unscheduled pod")?;
         let node_zone = nodes[&node].labels()[ZONE].clone();
-        let annotated = p
-            .annotations()
-            .get("loki.grafana.com/availability-zone")
-            .cloned();
+        let annotated = zone_as_read(p);
         ensure!(
             annotated.as_deref() == Some(node_zone.as_str()),
-            "{}: annotation {annotated:?} but node {node} is in {node_zone}",
+            "{}: zone {annotated:?} but node {node} is in {node_zone}",
             p.name_any()
         );
         let component = p.labels()["app.kubernetes.io/component"].clone();
@@ -1790,6 +1801,7 @@ fn main() -> std::process::ExitCode {
         a_silent_zone_leaves_its_services_until_it_renews,
         a_paused_control_plane_takes_no_zone_out,
         pods_are_zoned_in_the_event_that_binds_them,
+        pods_read_the_zone_label_kubernetes_copies_at_binding,
         a_namespace_without_zone_aware_stacks_never_reaches_the_webhook,
         a_broken_webhook_never_blocks_scheduling,
         a_stack_left_by_the_go_operator_is_taken_over,

@@ -12,7 +12,7 @@ use loki_zone_operator::cli::waitzone;
 use loki_zone_operator::cli::{self, RenderRequest};
 use loki_zone_operator::lead::own_image::OwnPod;
 use loki_zone_operator::model::duration;
-use loki_zone_operator::render::{self, Settings, TrafficDistribution};
+use loki_zone_operator::render::{self, Settings};
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
 
 /// `--version`: the release and the commit it was built from (operator/build.rs).
@@ -447,10 +447,7 @@ fn main() -> ExitCode {
             secret_file: secret,
             rules_files: rules,
             namespace,
-            settings: Settings {
-                traffic_distribution: TrafficDistribution::for_version(kube_version),
-                ..images.settings()
-            },
+            settings: images.settings().for_server(kube_version),
         }),
         Command::WaitForZone {
             file,

@@ -167,13 +167,10 @@ async fn pods_annotated_with_their_zone(env: &Env, ns: &str) -> Result<usize> {
             .and_then(|s| s.node_name.clone())
             .context("unscheduled pod")?;
         let zone = nodes.get(&node).map(|n| n.labels()[ZONE].clone());
-        let annotated = p
-            .annotations()
-            .get("loki.grafana.com/availability-zone")
-            .cloned();
+        let annotated = super::zone_as_read(p);
         ensure!(
             annotated.is_some() && annotated == zone,
-            "{}: annotation {annotated:?}, node {node} in {zone:?}",
+            "{}: zone {annotated:?}, node {node} in {zone:?}",
             p.name_any()
         );
     }

@@ -240,11 +240,13 @@ async fn start_stack(env: &Env) -> Result<()> {
     create_stack(
         env,
         NS,
-        stack_json(
+        // Zoned by the operator (not by the server's label copy): the restarts are
+        // against its webhook and annotator.
+        super::zoned_by_the_operator(stack_json(
             STACK,
             "1x.demo",
             json!({"factor": 1, "zones": [{"topologyKey": ZONE}]}),
-        ),
+        )),
     )
     .await?;
     let generation = get(env).await?.metadata.generation;

@@ -192,12 +192,12 @@ pub(super) fn pod_history(env: &Env, ns: &str) -> String {
     lines.join("\n")
 }
 
-/// The ingesters now: name → (uid, zone annotation, Ready).
+/// The ingesters now: name → (uid, zone, Ready).
 async fn ingesters(env: &Env) -> Result<BTreeMap<String, (String, String, bool)>> {
     ingesters_in(env, NS).await
 }
 
-/// The ingesters of namespace `ns` now: name → (uid, zone annotation, Ready).
+/// The ingesters of namespace `ns` now: name → (uid, zone as Loki reads it, Ready).
 pub(super) async fn ingesters_in(
     env: &Env,
     ns: &str,
@@ -210,11 +210,7 @@ pub(super) async fn ingesters_in(
         .items
         .iter()
         .map(|p| {
-            let zone = p
-                .annotations()
-                .get("loki.grafana.com/availability-zone")
-                .cloned()
-                .unwrap_or_default();
+            let zone = super::zone_as_read(p).unwrap_or_default();
             (p.name_any(), (p.uid().unwrap_or_default(), zone, is_up(p)))
         })
         .collect())

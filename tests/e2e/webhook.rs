@@ -45,7 +45,8 @@ fn watch_first_bound(env: &Env, ns: &str, labels: &str) -> FirstBound {
             if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
                 continue;
             }
-            let zoned = p.annotations().contains_key(names::ANNOTATION_ZONE);
+            // Where the pod's Loki reads its zone: the annotation, or the label.
+            let zoned = super::zone_as_read(&p).is_some();
             let mut map = s.lock().unwrap_or_else(|e| e.into_inner());
             map.entry(p.name_any()).or_insert(zoned);
         }
@@ -60,6 +61,20 @@ fn snapshot(seen: &FirstBound) -> BTreeMap<String, bool> {
 /// The audited `pods/binding` creates in `ns` since `from` bytes: (pod, what the webhook
 /// did as the API server recorded it, or None when it was not called).
 fn audited_bindings(env: &Env, ns: &str, from: usize) -> Vec<(String, Option<String>)> {
+    binding_events(env, ns, from)
+        .into_iter()
+        .map(|ev| {
+            let pod = ev["objectRef"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            (pod, ev["annotations"][AUDIT_KEY].as_str().map(String::from))
+        })
+        .collect()
+}
+
+/// The audit events of the `pods/binding` creates in `ns` since byte `from`.
+fn binding_events(env: &Env, ns: &str, from: usize) -> Vec<Value> {
     let text = std::fs::read_to_string(env.cp.dir.join("audit.log")).unwrap_or_default();
     text[from.min(text.len())..]
         .lines()
@@ -68,13 +83,6 @@ fn audited_bindings(env: &Env, ns: &str, from: usize) -> Vec<(String, Option<Str
             ev["objectRef"]["subresource"] == "binding"
                 && ev["objectRef"]["namespace"] == ns
                 && ev["verb"] == "create"
-        })
-        .map(|ev| {
-            let pod = ev["objectRef"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            (pod, ev["annotations"][AUDIT_KEY].as_str().map(String::from))
         })
         .collect()
 }
@@ -99,6 +107,26 @@ fn operator_pod_patches(env: &Env, ns: &str, from: usize) -> Vec<String> {
                 .to_string()
         })
         .collect()
+}
+
+/// How long each audited `pods/binding` create in `ns` since byte `from` took in the
+/// API server (received to response complete), by pod.
+fn binding_durations(env: &Env, ns: &str, from: usize) -> BTreeMap<String, Duration> {
+    let at = |v: &Value| v.as_str()?.parse::<k8s_openapi::jiff::Timestamp>().ok();
+    binding_events(env, ns, from)
+        .iter()
+        .filter_map(|ev| {
+            let received = at(&ev["requestReceivedTimestamp"])?;
+            let took = at(&ev["stageTimestamp"])?.duration_since(received);
+            let pod = ev["objectRef"]["name"].as_str()?.to_string();
+            Some((pod, Duration::try_from(took).ok()?))
+        })
+        .collect()
+}
+
+fn median(mut d: Vec<Duration>) -> Option<Duration> {
+    d.sort();
+    d.get(d.len() / 2).copied()
 }
 
 fn audit_len(env: &Env) -> usize {
@@ -148,9 +176,9 @@ async fn wait_zoned(
     eventually("pods bound and zoned", WAIT, || async {
         let list = api.list(&ListParams::default()).await?;
         let zoned = pods.iter().all(|name| {
-            list.items.iter().any(|p| {
-                p.name_any() == *name && p.annotations().contains_key(names::ANNOTATION_ZONE)
-            })
+            list.items
+                .iter()
+                .any(|p| p.name_any() == *name && super::zone_as_read(p).is_some())
         });
         let first = snapshot(seen);
         Ok((zoned && pods.iter().all(|p| first.contains_key(p))).then_some(()))
@@ -193,7 +221,9 @@ pub async fn pods_are_zoned_in_the_event_that_binds_them(env: &mut Env) -> Resul
     let seen = watch_first_bound(env, NS, &selector);
     let from = audit_len(env);
     let replication = json!({"factor": 2, "zones": [{"topologyKey": ZONE, "maxSkew": 1}]});
-    create_stack(env, NS, stack_json(STACK, "1x.small", replication)).await?;
+    // Zoned by the webhook even where Kubernetes would copy the label (1.35).
+    let body = super::zoned_by_the_operator(stack_json(STACK, "1x.small", replication));
+    create_stack(env, NS, body).await?;
     let config = covered(env, NS).await?;
     let hook = &config.webhooks.context("webhooks")?[0];
     ensure!(
@@ -251,6 +281,93 @@ pub async fn pods_are_zoned_in_the_event_that_binds_them(env: &mut Env) -> Resul
             .lines()
             .any(|l| l.starts_with("loki_zone_operator_pods_zoned_total{path=\"bind\"}")),
         "no pods_zoned{{path=bind}} in the metrics"
+    );
+    Ok(())
+}
+
+/// Scenario 31b: On a server that copies `topology.kubernetes.io/zone` onto pods at
+/// binding (1.35), a stack whose only key it is reads its zone from that label: its pods
+/// carry it in the event that binds them, their bindings never reach the webhook, and
+/// the operator writes nothing to them. Side by side, a stack zoned by the webhook in the
+/// same namespace; what each binding took in the API server is printed (a figure, not a
+/// check). Before 1.35 both go through the webhook.
+pub async fn pods_read_the_zone_label_kubernetes_copies_at_binding(env: &mut Env) -> Result<()> {
+    let ns = "e2e-native";
+    namespace(env, ns).await?;
+    let native = env.minor >= 35;
+    let zone_aware = format!(
+        "{}={}",
+        names::LABEL_ZONE_AWARE,
+        names::LABEL_ZONE_AWARE_VALUE
+    );
+    let seen = watch_first_bound(env, ns, &zone_aware);
+    let from = audit_len(env);
+    let replication = json!({"factor": 1, "zones": [{"topologyKey": ZONE}]});
+    create_stack(env, ns, stack_json("label", "1x.demo", replication.clone())).await?;
+    let body = super::zoned_by_the_operator(stack_json("hook", "1x.demo", replication));
+    create_stack(env, ns, body).await?;
+    let pods: Api<Pod> = Api::namespaced(env.admin.clone(), ns);
+    let names_of = eventually("both stacks' zone-aware pods exist", WAIT, || async {
+        let l = pods
+            .list(&ListParams::default().labels(&zone_aware))
+            .await?;
+        let names: Vec<String> = l.items.iter().map(|p| p.name_any()).collect();
+        let both = ["label-", "hook-"]
+            .iter()
+            .all(|s| names.iter().filter(|n| n.starts_with(s)).count() >= 3);
+        Ok(both.then_some(names))
+    })
+    .await?;
+    let first = wait_zoned(&seen, env, ns, &names_of).await?;
+    let late: Vec<_> = first.iter().filter(|(_, z)| !**z).map(|(p, _)| p).collect();
+    ensure!(
+        late.is_empty(),
+        "bound without their zone in the binding event: {late:?}"
+    );
+    let list = pods
+        .list(&ListParams::default().labels(&zone_aware))
+        .await?;
+    for p in &list.items {
+        let source = p.annotations().get(names::ANNOTATION_ZONE_SOURCE);
+        let reads_label = p.name_any().starts_with("label-") && native;
+        ensure!(
+            source.is_some() == reads_label,
+            "{}: zone-source {source:?} on Kubernetes 1.{}",
+            p.name_any(),
+            env.minor
+        );
+    }
+    for (pod, hook) in audited_bindings(env, ns, from) {
+        let called = hook
+            .as_deref()
+            .is_some_and(|h| h.contains("\"mutated\":true"));
+        let want = !(pod.starts_with("label-") && native);
+        ensure!(
+            called == want,
+            "binding of {pod}: webhook {hook:?}, expected called: {want}"
+        );
+    }
+    let patched = operator_pod_patches(env, ns, from);
+    ensure!(patched.is_empty(), "the operator patched pods: {patched:?}");
+    let took = binding_durations(env, ns, from);
+    let of = |prefix: &str| {
+        took.iter()
+            .filter(|(p, _)| p.starts_with(prefix))
+            .map(|(_, d)| *d)
+            .collect::<Vec<_>>()
+    };
+    let (label, hook) = (of("label-"), of("hook-"));
+    let mode = if native {
+        "zone label copied by Kubernetes"
+    } else {
+        "webhook, before 1.35"
+    };
+    println!(
+        "    zone in the binding event for both; each pods/binding in the API server: stack label ({mode}) median {:?} of {}, stack hook (webhook) median {:?} of {}",
+        median(label.clone()).unwrap_or_default(),
+        label.len(),
+        median(hook.clone()).unwrap_or_default(),
+        hook.len()
     );
     Ok(())
 }

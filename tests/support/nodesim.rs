@@ -515,10 +515,8 @@ fn waits_for_zone(pod: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.init_containers.as_ref())
         .is_some_and(|ics| ics.iter().any(|c| c.name == names::INIT_CONTAINER_ZONE));
-    let zone = pod
-        .annotations()
-        .get(names::ANNOTATION_ZONE)
-        .is_some_and(|z| !z.is_empty());
+    // Where the pod reads its zone: the annotation, or the label (`zone-source`).
+    let zone = loki_zone_operator::checks::podzone::zone_as_read(pod).is_some();
     has_init && !zone
 }
 

@@ -31,7 +31,7 @@ use crate::act::report::Notifier;
 use crate::caches::reflectors::synced;
 use crate::caches::stacks;
 use crate::caches::taps::PodChange;
-use crate::checks::podzone::{decide, keys_not_allowed, node_name, PodZone};
+use crate::checks::podzone::{decide, keys_not_allowed, node_name, reads_pod_label, PodZone};
 use crate::model::conditions::{EventReason, Happening, Reason};
 use crate::model::names;
 use crate::model::pods::is_zone_aware;
@@ -165,6 +165,19 @@ pub async fn run(client: Client, inputs: Inputs, notify: Notifier, metrics: Arc<
     }
 }
 
+/// The write that zones a pod where its Loki reads the zone: the label
+/// `topology.kubernetes.io/zone` for a pod rendered to read it (on a server that did not
+/// copy it at binding), else the annotation.
+fn zone_patch(pod: &Pod, zone: &str) -> serde_json::Value {
+    let field = match reads_pod_label(pod) {
+        true => json!({"labels": {names::LABEL_TOPOLOGY_ZONE: zone}}),
+        false => json!({"annotations": {names::ANNOTATION_ZONE: zone}}),
+    };
+    let mut meta = field;
+    meta["resourceVersion"] = json!(pod.resource_version());
+    json!({ "metadata": meta })
+}
+
 impl Annotator {
     fn forget(&mut self, pod: &Pod) {
         let r = ObjectRef::from_obj(pod);
@@ -253,7 +266,7 @@ impl Annotator {
         let name = pod.name_any();
         // The resourceVersion makes the write conditional: a pod changed since we read it
         // fails with 409 and is looked at again, so a zone set meanwhile is never replaced.
-        let patch = json!({"metadata": {"resourceVersion": pod.resource_version(), "annotations": {names::ANNOTATION_ZONE: zone}}});
+        let patch = zone_patch(pod, &zone);
         let permits = self.permits.clone();
         let done = self.done.clone();
         let metrics = self.metrics.clone();
@@ -311,9 +324,12 @@ impl Annotator {
                 Metrics::count(&self.metrics.annotations, "failed", 1);
                 if let Some(p) = self.pods.get(&r) {
                     // Once per pod: the retries go on every second until the cause is fixed.
+                    let field = match reads_pod_label(&p) {
+                        true => names::LABEL_TOPOLOGY_ZONE,
+                        false => names::ANNOTATION_ZONE,
+                    };
                     let note = format!(
-                        "cannot write {}: {error}; the pod waits in Init until it can. Check the operator's RBAC (patch on pods) and admission policies",
-                        names::ANNOTATION_ZONE
+                        "cannot write {field}: {error}; the pod waits in Init until it can. Check the operator's RBAC (patch on pods) and admission policies"
                     );
                     self.report_once(&p, Happening::ZoneAnnotationFailed, note)
                         .await;

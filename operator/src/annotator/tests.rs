@@ -97,6 +97,32 @@ async fn a_bound_pod_gets_its_nodes_zone_once() {
     assert_eq!(zone(&cluster, "p"), "zone-b");
 }
 
+/// A pod that reads its zone from the label Kubernetes copies at binding (1.35) and was
+/// bound with it is left alone: no write at all. One bound without it (a server with the
+/// copy switched off) gets the label, where its Loki reads it, not the annotation.
+#[tokio::test(start_paused = true)]
+async fn a_pod_reading_the_zone_label_is_left_alone_or_gets_the_label() {
+    let (cluster, _annotator) = start();
+    settle().await;
+    let reads_label = |name: &str| {
+        pod(name)
+            .on("n-b")
+            .annotation(names::ANNOTATION_ZONE_SOURCE, names::ZONE_SOURCE_POD_LABEL)
+    };
+    cluster.put(reads_label("copied").label(ZONE, "zone-b").build());
+    settle().await;
+    assert!(lines(&cluster.take_calls()).is_empty());
+    cluster.put(reads_label("missing").build());
+    let read_at = version(&cluster, "missing");
+    settle().await;
+    let calls = cluster.take_calls();
+    assert_eq!(lines(&calls), [format!("merge {NS}/pods/missing")]);
+    assert_eq!(
+        calls[0].body,
+        Some(json!({"metadata": {"resourceVersion": read_at, "labels": {ZONE: "zone-b"}}}))
+    );
+}
+
 /// Pods bound while no term ran are swept when the annotator starts; an unbound pod and
 /// a pod of no stack's keys are left; a pod bound later is zoned when it is bound.
 #[tokio::test(start_paused = true)]

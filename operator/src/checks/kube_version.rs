@@ -28,6 +28,16 @@ pub const PREFER_SAME_ZONE_SINCE: KubeVersion = KubeVersion {
     minor: 34,
 };
 
+/// The first Kubernetes that copies a node's `topology.kubernetes.io/zone` and `/region`
+/// labels onto each pod it binds there, in the same update that sets `spec.nodeName`
+/// (KEP-4742: the `PodTopologyLabelsAdmission` feature, alpha and off in 1.33 and 1.34,
+/// beta and on by default in 1.35). A cluster that switches it off still works: the
+/// annotator writes the label on pods that lack it.
+pub const ZONE_LABELS_AT_BINDING_SINCE: KubeVersion = KubeVersion {
+    major: 1,
+    minor: 35,
+};
+
 /// A Kubernetes version, as far as the operator tells versions apart: major and minor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct KubeVersion {

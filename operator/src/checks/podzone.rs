@@ -12,7 +12,8 @@ use crate::model::names;
 pub enum PodZone {
     /// Not scheduled yet: nothing to do until `spec.nodeName` appears.
     Unscheduled,
-    /// Scheduled, no zone yet: write this one.
+    /// Scheduled, no zone yet: write this one, where the pod reads it
+    /// ([`reads_pod_label`]).
     Annotate(String),
     /// Annotated, and the node still gives the same zone.
     Done,
@@ -62,6 +63,47 @@ pub fn pod_zone_annotation(pod: &Pod) -> Option<&str> {
         .filter(|z| !z.is_empty())
 }
 
+/// The pod's zone, wherever it was written: the operator's annotation, else, for a pod
+/// whose only topology key is `topology.kubernetes.io/zone`, that label on the pod
+/// (Kubernetes copies it from the node at binding from 1.35 on, or the annotator wrote
+/// it). The one reading of a pod's zone: the rollout, the failover, the webhooks and the
+/// status all take it from here.
+pub fn pod_zone(pod: &Pod) -> Option<&str> {
+    pod_zone_annotation(pod)
+        .or_else(|| zone_label(pod).filter(|_| pod_keys(pod) == [names::LABEL_TOPOLOGY_ZONE]))
+}
+
+/// The zone where the pod's Loki reads it: the label for a pod rendered to read the label
+/// ([`reads_pod_label`]), else the annotation. What the annotator and the webhook check
+/// before they write: a pod reading the annotation needs it even where the label is.
+pub fn zone_as_read(pod: &Pod) -> Option<&str> {
+    match reads_pod_label(pod) {
+        true => zone_label(pod),
+        false => pod_zone_annotation(pod),
+    }
+}
+
+/// The pod's `topology.kubernetes.io/zone` label, when set.
+fn zone_label(pod: &Pod) -> Option<&str> {
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get(names::LABEL_TOPOLOGY_ZONE)
+        .map(String::as_str)
+        .filter(|z| !z.is_empty())
+}
+
+/// Loki reads this pod's zone from its `topology.kubernetes.io/zone` label (it was
+/// rendered so: [`names::ANNOTATION_ZONE_SOURCE`]), so that is where a missing zone is
+/// written; else from the annotation.
+pub fn reads_pod_label(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(names::ANNOTATION_ZONE_SOURCE))
+        .is_some_and(|s| s == names::ZONE_SOURCE_POD_LABEL)
+}
+
 pub fn node_name(pod: &Pod) -> Option<&str> {
     pod.spec
         .as_ref()
@@ -81,7 +123,7 @@ pub fn decide(pod: &Pod, node: Option<&Node>) -> PodZone {
         return PodZone::NoKeys;
     }
     let current = zone_of(node.metadata.labels.as_ref(), keys.iter().copied());
-    match (pod_zone_annotation(pod), current) {
+    match (zone_as_read(pod), current) {
         (Some(annotated), Ok(zone)) if annotated == zone => PodZone::Done,
         (Some(annotated), Ok(zone)) => PodZone::Drift {
             annotated: annotated.to_string(),
@@ -162,6 +204,43 @@ mod tests {
             decide(&pod(Some("n1"), Some(&two), None), Some(&none)),
             PodZone::NodeLabel(ZoneLabelError::Missing(ZONE.into()))
         );
+    }
+
+    /// The zone is the annotation, else, for a pod whose only key is the zone label,
+    /// that label on the pod (Kubernetes copies it at binding). What is written is where
+    /// the pod reads it: a pod rendered to read the label and carrying it is done; one
+    /// reading the annotation gets it whatever labels it has.
+    #[test]
+    fn the_zone_label_on_the_pod_is_its_zone_when_it_is_the_only_key() {
+        let n = node("n1", &[(ZONE, "a"), (RACK, "r1")]);
+        let labelled = testing::pod("p").on("n1").zone_keys(ZONE).label(ZONE, "a");
+        let reads = labelled
+            .clone()
+            .annotation(names::ANNOTATION_ZONE_SOURCE, names::ZONE_SOURCE_POD_LABEL)
+            .build();
+        let labelled = labelled.build();
+        assert_eq!(pod_zone(&labelled), Some("a"));
+        assert_eq!(decide(&labelled, Some(&n)), PodZone::Annotate("a".into()));
+        assert!(!reads_pod_label(&labelled) && reads_pod_label(&reads));
+        assert_eq!(zone_as_read(&reads), Some("a"));
+        assert_eq!(decide(&reads, Some(&n)), PodZone::Done);
+        let two = format!("{ZONE},{RACK}");
+        let other = testing::pod("p")
+            .on("n1")
+            .zone_keys(&two)
+            .label(ZONE, "a")
+            .build();
+        assert_eq!(pod_zone(&other), None);
+        assert_eq!(decide(&other, Some(&n)), PodZone::Annotate("a_r1".into()));
+        // The annotation wins where both are (the webhook zoned it on 1.35).
+        let both = testing::pod("p")
+            .zone_keys(ZONE)
+            .label(ZONE, "a")
+            .zone("b")
+            .build();
+        assert_eq!(pod_zone(&both), Some("b"));
+        let empty = testing::pod("p").zone_keys(ZONE).label(ZONE, "").build();
+        assert_eq!(pod_zone(&empty), None);
     }
 
     /// Only the stack's keys are ever copied: a pod naming another node label is told so.

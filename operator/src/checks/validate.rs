@@ -114,6 +114,41 @@ pub fn zone_aware_evictions(
     )
 }
 
+/// Whether a stack whose only topology key is `topology.kubernetes.io/zone` reads its
+/// pods' zone from that label where the server copies it at binding, from its
+/// annotations ([`names::ANNOTATION_ZONE_FROM_POD_LABEL`]).
+pub fn zone_from_pod_label(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<bool, String> {
+    on_unless_false(
+        annotations,
+        names::ANNOTATION_ZONE_FROM_POD_LABEL,
+        "the zone comes from the pod's label where Kubernetes copies it",
+    )
+}
+
+/// Loki reads a zone-aware pod's zone from the pod's `topology.kubernetes.io/zone` label
+/// rather than from the operator's annotation: the server copies that label from the
+/// node when it binds the pod (`server_copies`:
+/// [`crate::checks::kube_version::ZONE_LABELS_AT_BINDING_SINCE`]), it is the stack's only
+/// topology key (the server copies no other), and the stack allows it. The render (the
+/// pods' `fieldPath`), the plan, the observe step and the zone-at-bind webhook's
+/// registration (which leaves such stacks out) all ask this, so they agree.
+pub fn reads_zone_label(keys: &[&str], server_copies: bool, allowed: bool) -> bool {
+    server_copies && allowed && keys == [names::LABEL_TOPOLOGY_ZONE]
+}
+
+/// [`reads_zone_label`] of a stack, from its topology keys and its annotations: what the
+/// webhook registration and the observe step ask before they have its resolved spec.
+pub fn stack_reads_zone_label(
+    keys: &[&str],
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    server_copies: bool,
+) -> bool {
+    let allowed = zone_from_pod_label(annotations) != Ok(false);
+    reads_zone_label(keys, server_copies, allowed)
+}
+
 /// Whether a zone-aware stack's entry Services keep traffic in the client's zone, from
 /// its annotations ([`names::ANNOTATION_ZONE_LOCAL_SERVICES`]).
 pub fn zone_local_services(

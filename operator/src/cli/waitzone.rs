@@ -14,13 +14,18 @@ use crate::model::names;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WaitError {
     #[error(
-        "timed out after {waited} waiting for pod annotation {annotation} (file {file} is still empty). \
-         The loki-zone-operator pod annotator writes it once the pod is scheduled: check that the \
-         operator is running and that the pod's node carries the stack's topology labels"
+        "timed out after {waited} waiting for the pod's zone (file {file} is still empty). \
+         The loki-zone-operator writes it once the pod is scheduled, as the pod annotation \
+         {annotation} (or, on pods annotated {marker}, as their {label} label, which Kubernetes \
+         1.35 copies from the node at binding): check \
+         that the operator is running and that the pod's node carries the stack's topology labels"
     )]
     Timeout {
         waited: String,
         annotation: &'static str,
+        /// The pod annotation and value of pods that read the label instead.
+        marker: String,
+        label: &'static str,
         file: String,
     },
     #[error("cannot read {file}: {message}")]
@@ -57,6 +62,12 @@ pub fn wait_for_zone(
             return Err(WaitError::Timeout {
                 waited: format!("{:?}", timeout),
                 annotation: names::ANNOTATION_ZONE,
+                marker: format!(
+                    "{}={}",
+                    names::ANNOTATION_ZONE_SOURCE,
+                    names::ZONE_SOURCE_POD_LABEL
+                ),
+                label: names::LABEL_TOPOLOGY_ZONE,
                 file: file.display().to_string(),
             });
         }

@@ -31,7 +31,7 @@ use crate::caches::scope::Scope;
 use crate::caches::taps::Taps;
 use crate::checks::kube_version::{self, KubeVersion};
 use crate::model::names;
-use crate::render::{Settings, TrafficDistribution};
+use crate::render::Settings;
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server;
 use crate::webhook::{self, WebhookConfig};
@@ -183,8 +183,9 @@ fn check_server_version(info: &Info) -> Result<(), RunError> {
 
 pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
     let version = connect(&client).await?;
-    // What the server takes without a warning; the entry Services carry it.
-    cfg.settings.traffic_distribution = TrafficDistribution::for_version(version);
+    // What the server takes without a warning (the entry Services carry it), and whether
+    // it copies the zone label at binding.
+    cfg.settings = cfg.settings.for_server(version);
     cfg.settings.operator_image =
         own_image::pin(&client, &cfg.settings.operator_image, cfg.own_pod.as_ref()).await;
     let metrics = Arc::new(Metrics::default());

@@ -232,6 +232,7 @@ fn register_webhooks(p: &Parts, tasks: &mut JoinSet<()>) -> WebhookCoverage {
         owner_role: p.webhook.owner_role.clone(),
         feed,
         metrics: p.metrics.clone(),
+        zone_labels_at_binding: p.settings.zone_labels_at_binding,
     };
     let (bind, feed) = Coverage::new();
     tasks.spawn(registration::keep::<MutatingWebhookConfiguration>(keeper(

@@ -185,6 +185,10 @@ pub struct EffectiveStack {
     /// ([`names::ANNOTATION_ZONE_AWARE_GOSSIP`]) says `"false"` or a zone's name is
     /// longer than Loki takes ([`names::MAX_GOSSIP_ZONE_BYTES`]); set by the plan.
     pub zone_gossip: bool,
+    /// The stack lets its pods read their zone from the label Kubernetes copies at
+    /// binding: on unless its annotation ([`names::ANNOTATION_ZONE_FROM_POD_LABEL`])
+    /// says `"false"`; set by the plan.
+    pub zone_from_pod_label_allowed: bool,
     /// How many ingesters the PodDisruptionBudget lets go at once: 1, unless the
     /// zone-disruption webhook decides the stack's evictions, when it is the per-zone
     /// maximum; set by the plan.
@@ -414,6 +418,7 @@ pub fn effective(spec: &LokiStackSpec) -> EffectiveStack {
         store: StoreParams::default(),
         zone_local_services: zone_aware(spec),
         zone_gossip: zone_aware(spec),
+        zone_from_pod_label_allowed: true,
         ingester_disruptions: 1,
         read_path_zone_aware: true,
         ruler: Default::default(),

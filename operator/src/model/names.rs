@@ -60,6 +60,19 @@ pub const ZONE_KEYS_SEPARATOR: &str = ",";
 /// [`ZONE_VALUES_SEPARATOR`]. Written once by the pod annotator, never rewritten.
 pub const ANNOTATION_ZONE: &str = "loki.grafana.com/availability-zone";
 pub const ZONE_VALUES_SEPARATOR: &str = "_";
+/// The node label Kubernetes itself copies onto a pod when it binds it, from 1.35 on by
+/// default (KEP-4742, the `PodTopologyLabels` admission plugin; `topology.kubernetes.io/region`
+/// too). A stack whose only topology key it is reads its pods' zone from it.
+pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+/// On a zone-aware pod whose Loki reads its zone from [`LABEL_TOPOLOGY_ZONE`] on the pod
+/// (value [`ZONE_SOURCE_POD_LABEL`]); absent: from [`ANNOTATION_ZONE`]. The annotator
+/// writes the zone where the pod reads it, when nothing else did.
+pub const ANNOTATION_ZONE_SOURCE: &str = "loki.grafana.com/zone-source";
+pub const ZONE_SOURCE_POD_LABEL: &str = "pod-label";
+/// On a LokiStack whose only topology key is [`LABEL_TOPOLOGY_ZONE`], `"false"` keeps its
+/// pods reading the zone from [`ANNOTATION_ZONE`] (the zone-at-bind webhook and the
+/// annotator write it) on a server that copies the label itself; default on.
+pub const ANNOTATION_ZONE_FROM_POD_LABEL: &str = "loki.grafana.com/zone-from-pod-label";
 /// Hash of the rendered ConfigMap: a config change rolls the pods.
 /// On a LokiStack, `"true"` rolls ring members (StatefulSets) in the available zones
 /// while another zone is unavailable, which the operator otherwise holds off: restarting

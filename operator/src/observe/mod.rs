@@ -25,6 +25,7 @@ use crate::caches::rules::{decode as decode_rule, RuleKind};
 use crate::caches::stacks::DecodeError;
 use crate::checks::podzone::node_name;
 use crate::checks::silence::LeaseView;
+use crate::checks::validate::stack_reads_zone_label;
 use crate::model::api::{LokiStack, RulesSpec};
 use crate::model::defaults::{zone_aware, Component};
 use crate::model::names;
@@ -235,17 +236,21 @@ impl ChildState {
 /// first (briefly, [`crate::caches::coverage::COVERAGE_WAIT`]) for the webhook
 /// configurations to cover its namespace, so that its first apply is zoned at bind and
 /// its ingester budget may allow a zone's share; the caches are read after that wait.
+/// `zone_labels_at_binding`: the server copies the zone label at binding, so a stack whose
+/// pods read it waits for no zone-at-bind webhook (which leaves it out).
 pub async fn observe(
     client: &Client,
     caches: &Caches,
     coverage: &WebhookCoverage,
     stack: &LokiStack,
+    zone_labels_at_binding: bool,
 ) -> Result<Snapshot, ObserveError> {
     let name = stack.name_any();
     let namespace = stack
         .namespace()
         .ok_or_else(|| ObserveError::NoNamespace(name.clone()))?;
-    let disruptions_by_zone = disruptions_by_zone(coverage, stack, &namespace).await;
+    let bind = zoned_at_bind(stack, zone_labels_at_binding);
+    let disruptions_by_zone = disruptions_by_zone(coverage, stack, &namespace, bind).await;
     let storage_ca_keys = storage_ca_keys(client, stack, &namespace).await?;
     let picked = match stack.spec.rules.as_ref().filter(|r| r.enabled) {
         Some(spec) => observe_rules(caches, spec, &namespace, &name).await,
@@ -271,6 +276,7 @@ async fn disruptions_by_zone(
     coverage: &WebhookCoverage,
     stack: &LokiStack,
     namespace: &str,
+    zoned_at_bind: bool,
 ) -> bool {
     if !zone_aware(&stack.spec) {
         return false;
@@ -278,7 +284,7 @@ async fn disruptions_by_zone(
     // Both keepers are woken at once: the zone-at-bind wait before the apply then finds
     // its namespace covered already, instead of adding a second wait after this one.
     let bind = async {
-        if let Some(c) = &coverage.bind {
+        if let Some(c) = coverage.bind.as_ref().filter(|_| zoned_at_bind) {
             c.wait_for(namespace).await;
         }
     };
@@ -289,6 +295,19 @@ async fn disruptions_by_zone(
         }
     };
     tokio::join!(bind, disruptions).1
+}
+
+/// The zone-at-bind webhook zones this stack's pods: they do not read the label the
+/// server copies at binding ([`stack_reads_zone_label`]).
+fn zoned_at_bind(stack: &LokiStack, zone_labels_at_binding: bool) -> bool {
+    let zones = stack.spec.replication.as_ref().map(|r| r.zones.as_slice());
+    let keys: Vec<&str> = zones
+        .unwrap_or_default()
+        .iter()
+        .map(|z| z.topology_key.as_str())
+        .collect();
+    let annotations = stack.metadata.annotations.as_ref();
+    !stack_reads_zone_label(&keys, annotations, zone_labels_at_binding)
 }
 
 impl Snapshot {

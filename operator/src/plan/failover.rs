@@ -28,7 +28,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::checks::podzone::node_name;
+use crate::checks::podzone::{node_name, pod_zone};
 use crate::checks::silence::{self, Silence, SilentZone, Tolerance};
 use crate::checks::zones::{zone_of, ZoneCheck};
 use crate::intent::{Failover, Fence, Findings, KubeletAlive, ZoneServiceWrite};
@@ -178,14 +178,8 @@ pub fn release<'a>(pods: impl IntoIterator<Item = &'a Pod>, why: &str) -> Vec<Zo
     pods.into_iter()
         .filter(|p| marked_out(p))
         .filter_map(|p| {
-            let zone = p
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(names::ANNOTATION_ZONE))
-                .cloned()
-                .unwrap_or_default();
-            back(p, &zone, names::POD_REASON_ZONE_RELEASED, why)
+            let zone = pod_zone(p).unwrap_or_default();
+            back(p, zone, names::POD_REASON_ZONE_RELEASED, why)
         })
         .collect()
 }

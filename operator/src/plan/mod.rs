@@ -19,8 +19,8 @@ use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeSet;
 
 use crate::checks::validate::{
-    validate_stack, zone_aware_evictions, zone_aware_gossip, zone_fast_failover,
-    zone_fast_failover_tolerance, zone_local_services,
+    reads_zone_label, validate_stack, zone_aware_evictions, zone_aware_gossip, zone_fast_failover,
+    zone_fast_failover_tolerance, zone_from_pod_label, zone_local_services,
 };
 use crate::checks::volumes;
 use crate::checks::zones::{self, ZoneCheck};
@@ -88,6 +88,8 @@ fn resolve(
             && zone_local_services(stack.metadata.annotations.as_ref()) != Ok(false),
         zone_gossip: base.zone_gossip
             && zone_aware_gossip(stack.metadata.annotations.as_ref()) != Ok(false),
+        zone_from_pod_label_allowed: zone_from_pod_label(stack.metadata.annotations.as_ref())
+            != Ok(false),
         ..base
     };
     (eff, secret, rules)
@@ -138,6 +140,7 @@ fn annotation_errors(stack: &LokiStack) -> Option<String> {
         zone_fast_failover(stack.metadata.annotations.as_ref()).err(),
         zone_fast_failover_tolerance(stack.metadata.annotations.as_ref()).err(),
         zone_aware_gossip(stack.metadata.annotations.as_ref()).err(),
+        zone_from_pod_label(stack.metadata.annotations.as_ref()).err(),
     ]
     .into_iter()
     .flatten()
@@ -228,11 +231,6 @@ pub fn plan(
     };
     let eff = input.into_eff();
     let zone_awareness = stage;
-    // While zones are turned off the webhook no longer covers the stack: its ring
-    // members keep their zones, and the annotator writes them.
-    let turning_off = zone_awareness
-        .as_ref()
-        .is_some_and(|z| z.stage == ZoneAwarenessStage::Disabling);
     let applying = matches!(action, Action::Apply { .. });
     let switch = failover::Switch::of(&findings);
     // Before the rollout: a zone the failover takes out is one the rollout waits for.
@@ -241,7 +239,7 @@ pub fn plan(
     let wake_after = wake_after(zone_awareness.as_ref(), &rollout, snapshot.now);
     Ok(Intent {
         now: snapshot.now,
-        wait_for_webhook: applying && eff.zone_aware() && !turning_off,
+        wait_for_webhook: applying && waits_for_webhook(&eff, zone_awareness.as_ref(), settings),
         scale_down: scale_down::plan(snapshot, &eff, &action),
         rollout,
         recovery: recovery::plan(stack, snapshot, &findings, &eff),
@@ -255,6 +253,25 @@ pub fn plan(
         held,
         zone_awareness,
     })
+}
+
+/// Before the apply, wait until the zone-at-bind webhook covers the namespace: for a
+/// zone-aware stack, unless zones are being turned off (the webhook no longer covers it:
+/// its ring members keep their zones, and the annotator writes them) or its pods read the
+/// label Kubernetes copies at binding (the webhook leaves them out).
+fn waits_for_webhook(
+    eff: &EffectiveStack,
+    zone_awareness: Option<&ZoneAwarenessStatus>,
+    settings: &Settings,
+) -> bool {
+    let turning_off = zone_awareness.is_some_and(|z| z.stage == ZoneAwarenessStage::Disabling);
+    let keys = eff.topology_keys();
+    let label = reads_zone_label(
+        &keys,
+        settings.zone_labels_at_binding,
+        eff.zone_from_pod_label_allowed,
+    );
+    eff.zone_aware() && !turning_off && !label
 }
 
 /// When to plan again though nothing changes: the earliest of the zone-awareness stage
@@ -586,6 +603,47 @@ mod tests {
             error.as_deref().is_some_and(
                 |e| e.contains(names::ANNOTATION_ZONE_LOCAL_SERVICES) && e.contains("\"off\"")
             ),
+            "{error:?}"
+        );
+    }
+
+    /// On a server that copies the zone label at binding, a stack reading it has no
+    /// zone-at-bind webhook to wait for before its apply; its annotation switches that
+    /// off, and a bad value is reported and leaves it on.
+    #[test]
+    fn pods_reading_the_zone_label_wait_for_no_webhook() {
+        use crate::checks::kube_version::KubeVersion;
+        let mut s = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
+        let snap = snapshot_for(&s);
+        let copies = Settings::default().for_server(Some(KubeVersion {
+            major: 1,
+            minor: 35,
+        }));
+        let with = |s: &LokiStack, settings: &Settings| {
+            let p = plan(s, &snap, settings).expect("plan");
+            let waits = waits_for_webhook(&p.eff, p.zone_awareness.as_ref(), settings);
+            (waits, p.findings.annotation)
+        };
+        assert_eq!(with(&s, &copies), (false, None));
+        assert_eq!(with(&s, &Settings::default()), (true, None));
+        let annotate = |s: &mut LokiStack, v: &str| {
+            s.metadata.annotations = Some(
+                [(
+                    names::ANNOTATION_ZONE_FROM_POD_LABEL.to_string(),
+                    v.to_string(),
+                )]
+                .into(),
+            );
+        };
+        annotate(&mut s, "false");
+        assert_eq!(with(&s, &copies), (true, None));
+        annotate(&mut s, "no");
+        let (waits, error) = with(&s, &copies);
+        assert!(!waits, "a value that is not \"false\" keeps the label");
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains(names::ANNOTATION_ZONE_FROM_POD_LABEL)),
             "{error:?}"
         );
     }

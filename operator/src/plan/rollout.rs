@@ -12,6 +12,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::checks::podzone::pod_zone;
 use crate::checks::taint_evictions::{hazard, Hazard};
 use crate::checks::zones::ZoneState;
 use crate::intent::{Findings, Rollout, Victim};
@@ -139,12 +140,7 @@ fn members<'a>(input: &Inputs<'a>, sets: &BTreeMap<&'a str, &'a StatefulSet>) ->
             pod,
             name,
             set: set_name,
-            zone: meta
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(names::ANNOTATION_ZONE))
-                .map(String::as_str)
-                .filter(|z| !z.is_empty()),
+            zone: pod_zone(pod),
             component: component_of(pod).map_or("pod", Component::name),
             outdated: update.is_some_and(|u| revision != Some(u)),
             ready: !terminating && pod_phase(pod) == PodPhase::Ready,

@@ -177,7 +177,14 @@ struct Next {
 
 /// observe → plan → act → report. A failed apply is an error once the status shows it.
 async fn pipeline(stack: &LokiStack, ctx: &Context) -> Result<Next, ReconcileError> {
-    let snapshot = observe(&ctx.client, &ctx.caches, &ctx.webhook_coverage, stack).await?;
+    let snapshot = observe(
+        &ctx.client,
+        &ctx.caches,
+        &ctx.webhook_coverage,
+        stack,
+        ctx.settings.zone_labels_at_binding,
+    )
+    .await?;
     let intent = plan(stack, &snapshot, &ctx.settings)?;
     let (done, applied) = execute(&ctx.actor(), &snapshot, &intent).await;
     let report = status::report::report(stack, &snapshot, &intent, &done);

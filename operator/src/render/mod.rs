@@ -32,7 +32,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tera::Tera;
 
-use crate::checks::kube_version::{KubeVersion, PREFER_SAME_ZONE_SINCE};
+use crate::checks::kube_version::{
+    KubeVersion, PREFER_SAME_ZONE_SINCE, ZONE_LABELS_AT_BINDING_SINCE,
+};
+use crate::checks::validate::reads_zone_label;
 use crate::model::api::{LokiStack, MemberListSpec, ObjectStorageSchemaVersion};
 use crate::model::defaults::{Component, EffectiveComponent, EffectiveStack, WorkloadKind};
 use crate::model::names;
@@ -109,6 +112,9 @@ pub struct Settings {
     pub operator_namespace: String,
     /// How the entry Services ask for zone-local routing: by the server's version.
     pub traffic_distribution: TrafficDistribution,
+    /// The server copies `topology.kubernetes.io/zone` onto pods at binding
+    /// ([`ZONE_LABELS_AT_BINDING_SINCE`]); false when its version is not known.
+    pub zone_labels_at_binding: bool,
 }
 
 /// The `trafficDistribution` value of a zone-aware stack's entry Services. Both mean the
@@ -150,7 +156,18 @@ impl Default for Settings {
             zone_wait_timeout: DEFAULT_ZONE_WAIT_TIMEOUT.into(),
             operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
             traffic_distribution: TrafficDistribution::default(),
+            zone_labels_at_binding: false,
         }
+    }
+}
+
+impl Settings {
+    /// What a server of `version` serves: its traffic distribution and whether it copies
+    /// the zone label at binding; `None` (unknown): what every supported server does.
+    pub fn for_server(mut self, version: Option<KubeVersion>) -> Settings {
+        self.traffic_distribution = TrafficDistribution::for_version(version);
+        self.zone_labels_at_binding = version.is_some_and(|v| v >= ZONE_LABELS_AT_BINDING_SINCE);
+        self
     }
 }
 
@@ -525,14 +542,28 @@ fn zone_ctx(eff: &EffectiveStack, settings: &Settings, kind: WorkloadKind) -> Va
     // A StatefulSet replaces pods in place and its pods follow their volumes' zones, so
     // only Deployments need their rollout spread by pod-template-hash.
     let match_label_keys = (kind == WorkloadKind::Deployment).then(|| vec!["pod-template-hash"]);
+    let keys = eff.topology_keys();
+    let from_label = reads_zone_label(
+        &keys,
+        settings.zone_labels_at_binding,
+        eff.zone_from_pod_label_allowed,
+    );
+    // Where Loki and the init container read the zone: the label Kubernetes copies at
+    // binding, or the annotation the webhook or the annotator writes.
+    let field_path = match from_label {
+        true => format!("metadata.labels['{}']", names::LABEL_TOPOLOGY_ZONE),
+        false => format!("metadata.annotations['{}']", names::ANNOTATION_ZONE),
+    };
     json!({
         "entries": eff.zones,
-        "keys_joined": eff.topology_keys().join(names::ZONE_KEYS_SEPARATOR),
+        "keys_joined": keys.join(names::ZONE_KEYS_SEPARATOR),
+        "source_annotation": names::ANNOTATION_ZONE_SOURCE,
+        "source": from_label.then_some(names::ZONE_SOURCE_POD_LABEL),
         "label": names::LABEL_ZONE_AWARE,
         "label_value": names::LABEL_ZONE_AWARE_VALUE,
         "keys_annotation": names::ANNOTATION_ZONE_LABELS,
         "annotation": names::ANNOTATION_ZONE,
-        "field_path": format!("metadata.annotations['{}']", names::ANNOTATION_ZONE),
+        "field_path": field_path,
         "env": names::ENV_ZONE,
         "init_container": names::INIT_CONTAINER_ZONE,
         "volume": names::VOLUME_ZONE,

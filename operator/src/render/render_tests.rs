@@ -1146,3 +1146,63 @@ fn snapshot_go_operator_fields() {
     }
     insta::assert_snapshot!("go_operator_fields", out);
 }
+
+/// On a server that copies `topology.kubernetes.io/zone` onto pods at binding (1.35), a
+/// stack whose only key it is reads the zone from that label: Loki's variable and the
+/// init container's file point at it, and the pods say so (`zone-source`). Nothing else
+/// changes. Another key, an older or unknown server, or the stack's opt-out keep the
+/// annotation.
+#[test]
+fn pods_read_the_zone_label_kubernetes_copies_at_binding_where_it_does() {
+    use crate::checks::kube_version::KubeVersion;
+    let label_path = "metadata.labels['topology.kubernetes.io/zone']";
+    let annotation_path = "metadata.annotations['loki.grafana.com/availability-zone']";
+    let copies = Settings::default().for_server(Some(KubeVersion {
+        major: 1,
+        minor: 35,
+    }));
+    let older = Settings::default().for_server(Some(KubeVersion {
+        major: 1,
+        minor: 34,
+    }));
+    assert!(copies.zone_labels_at_binding && !older.zone_labels_at_binding);
+    let zoned = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE]));
+    let input = RenderInput::new(&zoned, effective(&zoned.spec));
+    let native = render(&input, &copies).expect("render");
+    let templates = pod_templates(&native);
+    assert!(templates.len() >= 6, "{}", templates.len());
+    for (name, t) in &templates {
+        let source = t.metadata.as_ref().and_then(|m| m.annotations.as_ref());
+        let source = source.and_then(|a| a.get(names::ANNOTATION_ZONE_SOURCE));
+        assert_eq!(
+            source.map(String::as_str),
+            Some(names::ZONE_SOURCE_POD_LABEL),
+            "{name}"
+        );
+    }
+    let yaml = |children: &[Child]| to_yaml_stream(children).expect("yaml");
+    let marker = format!(
+        "\n        {}: {}",
+        names::ANNOTATION_ZONE_SOURCE,
+        names::ZONE_SOURCE_POD_LABEL
+    );
+    let annotation = yaml(&render(&input, &older).expect("render"));
+    let undone = yaml(&native)
+        .replace(label_path, annotation_path)
+        .replace(&marker, "");
+    // The label, not the annotation, everywhere the zone is read; the rest unchanged.
+    assert!(!yaml(&native).contains(annotation_path));
+    assert_eq!(undone, annotation);
+    // Two keys: Kubernetes copies only the zone, so the annotation stays.
+    let two = stack("s", zoned_spec(LokiStackSize::Small, 2, &[ZONE, RACK]));
+    let two_input = RenderInput::new(&two, effective(&two.spec));
+    assert_eq!(
+        yaml(&render(&two_input, &copies).expect("render")),
+        yaml(&render(&two_input, &older).expect("render"))
+    );
+    // The stack's opt-out keeps the annotation on a server that copies the label.
+    let mut eff = effective(&zoned.spec);
+    eff.zone_from_pod_label_allowed = false;
+    let opted_out = render(&RenderInput::new(&zoned, eff), &copies).expect("render");
+    assert_eq!(yaml(&opted_out), annotation);
+}

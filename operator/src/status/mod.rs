@@ -820,7 +820,7 @@ fn zone_status(z: &ZoneCheck, snapshot: &Snapshot) -> Vec<ZoneStatus> {
                 .iter()
                 .map(AsRef::as_ref)
                 .filter(|p| component_of(p) == Some(Component::Ingester))
-                .filter(|p| crate::checks::podzone::pod_zone_annotation(p) == Some(zone.as_str()))
+                .filter(|p| crate::checks::podzone::pod_zone(p) == Some(zone.as_str()))
                 .collect();
             let state = z.state(zone);
             ZoneStatus {

@@ -173,6 +173,7 @@ pub fn pod(name: &str) -> PodBuilder {
     PodBuilder(serde_json::json!({"metadata": {"name": name}, "spec": {"containers": []}}))
 }
 
+#[derive(Clone)]
 pub struct PodBuilder(serde_json::Value);
 
 impl PodBuilder {

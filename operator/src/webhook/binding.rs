@@ -15,7 +15,7 @@ use json_patch::{AddOperation, Patch, PatchOperation};
 use k8s_openapi::api::core::v1::{Binding, Node, Pod};
 use serde_json::Value;
 
-use crate::checks::podzone::{pod_keys, pod_zone_annotation};
+use crate::checks::podzone::{pod_keys, zone_as_read};
 use crate::checks::zones::{zone_of, ZoneLabelError};
 use crate::model::names;
 use crate::model::pods::is_zone_aware;
@@ -86,7 +86,7 @@ pub fn decide(binding: &Binding, pod: Option<&Pod>, node: Option<&Node>) -> Bind
     if !is_zone_aware(pod) {
         return BindDecision::NotZoneAware;
     }
-    if pod_zone_annotation(pod).is_some() || binding_zone(binding).is_some() {
+    if zone_as_read(pod).is_some() || binding_zone(binding).is_some() {
         return BindDecision::AlreadyZoned;
     }
     let keys = pod_keys(pod);

@@ -21,7 +21,7 @@ use tracing::{debug, info};
 use super::eviction::{Ingester, Review, Verdict};
 use super::review::{reply, request, Hook};
 use crate::caches::stacks;
-use crate::checks::podzone::{node_name, pod_keys, pod_zone_annotation};
+use crate::checks::podzone::{node_name, pod_keys, pod_zone};
 use crate::checks::taint_evictions::hazard;
 use crate::checks::validate::zone_aware_evictions;
 use crate::checks::zones::{node_lost, volume_zone, zone_of};
@@ -206,7 +206,7 @@ impl Hook {
             )
             .ok()
         };
-        let zone = pod_zone_annotation(pod)
+        let zone = pod_zone(pod)
             .map(str::to_string)
             .or_else(node_zone)
             .or_else(|| volumes_zone(pod, name, volumes, &keys));

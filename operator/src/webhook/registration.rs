@@ -31,8 +31,8 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::caches::coverage::CoverageFeed;
-use crate::caches::stacks::is_zone_aware;
-use crate::checks::validate::zone_aware_evictions;
+use crate::caches::stacks::{is_zone_aware, topology_keys};
+use crate::checks::validate::{stack_reads_zone_label, zone_aware_evictions};
 use crate::model::defaults::Component;
 use crate::model::names;
 use crate::telemetry::metrics::Metrics;
@@ -110,6 +110,9 @@ pub struct StackName {
     /// The zone-disruption webhook decides its ingesters' evictions (not switched off
     /// with [`names::ANNOTATION_ZONE_AWARE_EVICTIONS`]).
     pub zone_evictions: bool,
+    /// The zone-at-bind webhook zones its pods: they read the operator's annotation, not
+    /// the label the server copies at binding ([`stack_reads_zone_label`]).
+    pub zone_at_bind: bool,
 }
 
 /// CEL over the Binding: true only for pods whose name starts with a zone-aware stack's
@@ -175,12 +178,15 @@ fn metadata(name: &str) -> ObjectMeta {
 }
 
 /// The whole zone-at-bind configuration, a pure function of where the webhook is, the
-/// CA to trust and the zone-aware stacks.
+/// CA to trust and the zone-aware stacks: those whose pods read the operator's annotation
+/// ([`StackName::zone_at_bind`]); the others' bindings never reach it.
 pub fn configuration(
     target: &ClientTarget,
     ca_bundle: &str,
     stacks: &[StackName],
 ) -> MutatingWebhookConfiguration {
+    let zoned: Vec<StackName> = stacks.iter().filter(|s| s.zone_at_bind).cloned().collect();
+    let stacks = zoned.as_slice();
     let webhook = MutatingWebhook {
         name: names::WEBHOOK_ZONE_AT_BIND.into(),
         admission_review_versions: vec!["v1".into()],
@@ -248,16 +254,27 @@ pub fn disruption_configuration(
     }
 }
 
-/// The zone-aware stacks in the store, sorted, so the configuration is stable.
-pub fn zone_aware_stacks(stacks: &Store<kube::api::DynamicObject>) -> Vec<StackName> {
+/// The zone-aware stacks in the store, sorted, so the configuration is stable; on a server
+/// that copies the zone label at binding (`server_copies`), the stacks that read it are
+/// not zoned at bind.
+pub fn zone_aware_stacks(
+    stacks: &Store<kube::api::DynamicObject>,
+    server_copies: bool,
+) -> Vec<StackName> {
     let mut v: Vec<StackName> = stacks
         .state()
         .iter()
         .filter(|s| is_zone_aware(s))
-        .map(|s| StackName {
-            namespace: s.namespace().unwrap_or_default(),
-            name: s.name_any(),
-            zone_evictions: zone_aware_evictions(s.metadata.annotations.as_ref()).unwrap_or(true),
+        .map(|s| {
+            let annotations = s.metadata.annotations.as_ref();
+            let keys = topology_keys(s);
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            StackName {
+                namespace: s.namespace().unwrap_or_default(),
+                name: s.name_any(),
+                zone_evictions: zone_aware_evictions(annotations).unwrap_or(true),
+                zone_at_bind: !stack_reads_zone_label(&keys, annotations, server_copies),
+            }
         })
         .collect();
     v.sort();
@@ -363,6 +380,8 @@ pub struct Keeper {
     pub owner_role: String,
     pub feed: CoverageFeed,
     pub metrics: Arc<Metrics>,
+    /// The server copies the zone label at binding (`Settings::zone_labels_at_binding`).
+    pub zone_labels_at_binding: bool,
 }
 
 /// Keeps the configuration `C` equal to [`Registered::want`] while this replica leads:
@@ -383,7 +402,8 @@ pub async fn keep<C: Registered>(mut k: Keeper) {
     loop {
         let bundle = k.ca_bundle.borrow_and_update().clone();
         if let Some(bundle) = bundle {
-            let mut want = C::want(&k.target, &bundle, &zone_aware_stacks(&k.stacks));
+            let stacks = zone_aware_stacks(&k.stacks, k.zone_labels_at_binding);
+            let mut want = C::want(&k.target, &bundle, &stacks);
             want.meta_mut().owner_references = owner.clone().map(|o| vec![o]);
             if let Some(last) = applied
                 .as_ref()
@@ -524,16 +544,19 @@ mod tests {
                 namespace: "logs".into(),
                 name: "a".into(),
                 zone_evictions: true,
+                zone_at_bind: true,
             },
             StackName {
                 namespace: "logs".into(),
                 name: "b".into(),
                 zone_evictions: false,
+                zone_at_bind: true,
             },
             StackName {
                 namespace: "team".into(),
                 name: "c".into(),
                 zone_evictions: true,
+                zone_at_bind: true,
             },
         ]
     }
@@ -582,6 +605,30 @@ mod tests {
             w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()),
             Some(&b"PEM"[..])
         );
+    }
+
+    /// A stack whose pods read the zone label Kubernetes copies at binding is left out of
+    /// the zone-at-bind webhook (its namespace too, when nothing else there needs it), and
+    /// stays under the disruption webhook.
+    #[test]
+    fn stacks_zoned_by_kubernetes_are_not_sent_to_the_zone_at_bind_webhook() {
+        let target = ClientTarget::Url("https://127.0.0.1:9443/".into());
+        let mut all = stacks();
+        all[2].zone_at_bind = false;
+        let c = configuration(&target, "PEM", &all);
+        let w = &c.webhooks.expect("one webhook")[0];
+        let cond = &w.match_conditions.as_ref().expect("conditions")[0].expression;
+        assert!(!cond.contains("'c-'"), "{cond}");
+        assert!(!covered_by(&configuration(&target, "PEM", &all)).contains("team"));
+        let d = disruption_configuration(&target, "PEM", &all);
+        let w = &d.webhooks.expect("one webhook")[0];
+        assert!(w.match_conditions.as_ref().expect("conditions")[0]
+            .expression
+            .contains("c-ingester-"));
+        for s in &mut all {
+            s.zone_at_bind = false;
+        }
+        assert!(configuration(&target, "PEM", &all).webhooks.is_none());
     }
 
     #[test]

@@ -171,11 +171,9 @@ async fn demo(dir: &Path) -> Result<()> {
             .get(&node)
             .and_then(|n| n.labels().get(ZONE).cloned())
             .unwrap_or_default();
-        let ann = p
-            .annotations()
-            .get("loki.grafana.com/availability-zone")
-            .cloned()
-            .unwrap_or_else(|| "-".into());
+        let ann = loki_zone_operator::checks::podzone::zone_as_read(p)
+            .unwrap_or("-")
+            .to_string();
         let component = p
             .labels()
             .get("app.kubernetes.io/component")
