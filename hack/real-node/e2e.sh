@@ -102,7 +102,7 @@ say "build: ${TIME[build]} s; operator image $OP_IMAGE"
 unset OPERATOR_IMAGE
 EXTRA_IMAGES=()
 export IDLE_SECONDS=0 REGISTRY=1
-# A cluster DNS for the pods (lib.sh, cluster-dns.py): Loki's configuration names
+# A cluster DNS for the pods (lib.sh, CoreDNS): Loki's configuration names
 # Services; checked below for the operator's webhook Service.
 export CLUSTER_DNS=${CLUSTER_DNS:-1}
 t=$(now)
@@ -313,11 +313,11 @@ if [ "$CLUSTER_DNS" = 1 ]; then
   name=loki-zone-operator-webhook.$OP_NS.svc.cluster.local
   got=""
   for _ in $(seq 10); do
-    got=$(in_ns python3 hack/real-node/cluster-dns.py resolve "$APISERVER_IP" "$name" 2>&1) && [ "$got" = "$wh_ip" ] && break
+    got=$(in_ns python3 hack/real-node/dns-query.py "$APISERVER_IP" "$name" 2>&1) && [ "$got" = "$wh_ip" ] && break
     sleep 0.5
   done
   assert "the cluster DNS pods are given ($APISERVER_IP) resolves $name to its ClusterIP $wh_ip: $got" [ "$got" = "$wh_ip" ]
-  got=$(in_ns python3 hack/real-node/cluster-dns.py resolve "$APISERVER_IP" example.com 2>&1 || true)
+  got=$(in_ns python3 hack/real-node/dns-query.py "$APISERVER_IP" example.com 2>&1 || true)
   assert "... and answers NXDOMAIN outside the cluster (nothing forwarded): example.com: $got" [ "$got" = NXDOMAIN ]
 fi
 # The release's namespaced install is accepted as it is (server-side dry run) in the

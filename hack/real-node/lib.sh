@@ -3,7 +3,7 @@
 # returns once they are Ready, with the teardown trapped on EXIT (Ctrl-C and SIGTERM
 # exit through it). See run-demo.sh for the environment it reads; also
 # EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE, and
-# CLUSTER_DNS=1 starts a cluster DNS for the pods (cluster-dns.py).
+# CLUSTER_DNS=1 starts a cluster DNS for the pods (CoreDNS, hack/build-coredns.sh).
 # Leaves for the caller: W (work dir), NS, BIN, KC, kubectl (a function, inside the
 # namespace), the PIDs (CP_PIDS/CP_NAMES, HOLDER, CONTAINERD, KUBELET), names (the
 # nodes), log, die, in_node, mntns_pids, cgroup_pids, t0 (API server start),
@@ -375,13 +375,46 @@ YAML
   log "registry on $REGISTRY_ADDR (the nodes' mirror of ghcr.io and docker.io)"
 fi
 
-# A cluster DNS (CLUSTER_DNS=1): hack/real-node/cluster-dns.py on the bridge address,
-# answering Service names from the API server, as CoreDNS would; the kubelets give it to
-# pods as clusterDNS. Loki's configuration names Services; the operator needs none.
+# A cluster DNS (CLUSTER_DNS=1): CoreDNS (hack/build-coredns.sh, built here from the Go
+# module proxy) on the bridge address, its kubernetes plugin answering cluster.local from
+# the API server; every other name gets NXDOMAIN (nothing is forwarded, nothing leaves
+# the machine). The kubelets give it to pods as clusterDNS. Loki's configuration names
+# Services; the operator needs none.
 if [ "${CLUSTER_DNS:-0}" = 1 ]; then
-  start_cp cluster-dns python3 "$here/cluster-dns.py" --listen "$APISERVER_IP" --api "$API" \
-    --token "$ADMIN_TOKEN" --ca "$W/cp/certs/apiserver.crt"
-  log "cluster DNS (cluster.local) on $APISERVER_IP:53"
+  COREDNS=$(bash "$here/../build-coredns.sh") || die "hack/build-coredns.sh failed"
+  cat >"$W/cp/coredns.kubeconfig" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters: [{name: rig, cluster: {server: "$API", certificate-authority: "$W/cp/certs/apiserver.crt"}}]
+users: [{name: coredns, user: {token: "$ADMIN_TOKEN"}}]
+contexts: [{name: rig, context: {cluster: rig, user: coredns}}]
+current-context: rig
+KUBECONFIG
+  cat >"$W/cp/Corefile" <<COREFILE
+cluster.local:53 {
+    bind $APISERVER_IP
+    errors
+    ready $APISERVER_IP:8181
+    kubernetes cluster.local {
+        kubeconfig $W/cp/coredns.kubeconfig rig
+    }
+}
+.:53 {
+    bind $APISERVER_IP
+    errors
+    template ANY ANY {
+        rcode NXDOMAIN
+    }
+}
+COREFILE
+  start_cp coredns "$COREDNS" -conf "$W/cp/Corefile"
+  for _ in $(seq 100); do
+    nsenter --net="/run/netns/$NS" curl -sf -o /dev/null "http://$APISERVER_IP:8181/ready" && break
+    sleep 0.2
+  done
+  nsenter --net="/run/netns/$NS" curl -sf -o /dev/null "http://$APISERVER_IP:8181/ready" ||
+    die "CoreDNS did not become ready on $APISERVER_IP; see $W/logs/coredns.log"
+  log "cluster DNS: CoreDNS $("$COREDNS" -version | head -n1 | cut -d- -f2) (cluster.local) on $APISERVER_IP:53"
 fi
 
 # ---------------------------------------------------------------- images
