@@ -34,6 +34,8 @@ const COMPONENTS: [&str; 7] = [
 /// Where the sample stack runs in these tests.
 const STACK_NS: &str = "loki";
 const ZONE_ANNOTATION: &str = "loki.grafana.com/availability-zone";
+/// The label Kubernetes copies onto a pod at binding from 1.35.
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 
 /// The job selector of the Go Loki Operator's dashboards for a component
@@ -193,19 +195,24 @@ impl Cluster {
                     }
                     for i in 0..o["spec"]["replicas"].as_u64().unwrap_or(1) {
                         let mut annotations = string_map(&t["metadata"]["annotations"]);
-                        if labels
+                        let mut labels = labels.clone();
+                        let zone_aware = labels
                             .get("loki.grafana.com/zone-aware")
                             .map(String::as_str)
-                            == Some("enabled")
-                        {
-                            annotations
-                                .insert(ZONE_ANNOTATION.into(), ZONES[i as usize % 3].into());
-                        }
+                            == Some("enabled");
+                        // Every other pod as Kubernetes 1.35 zones a pod that reads the
+                        // label (the label only); the others as the operator zones them.
+                        let zone = ZONES[i as usize % 3].to_string();
+                        match (zone_aware, i % 2) {
+                            (true, 0) => annotations.insert(ZONE_ANNOTATION.into(), zone),
+                            (true, _) => labels.insert(ZONE_LABEL.into(), zone),
+                            (false, _) => None,
+                        };
                         pods.push(Pod {
                             namespace: ns.to_string(),
                             name: format!("{}-{i}", o["metadata"]["name"].as_str().expect("name")),
                             ip: format!("10.88.{}.{}", pods.len() / 200 + 1, pods.len() % 200 + 2),
-                            labels: labels.clone(),
+                            labels,
                             annotations,
                             ports: ports.clone(),
                         });
@@ -487,8 +494,10 @@ fn every_loki_component_is_scraped_under_the_go_operators_job_name() {
             assert!(t["instance"].ends_with(":3100"), "{t:?}");
             assert_eq!(
                 t.get("zone"),
-                p.annotations.get(ZONE_ANNOTATION),
-                "{c}: the zone label is the pod's zone annotation"
+                p.annotations
+                    .get(ZONE_ANNOTATION)
+                    .or(p.labels.get(ZONE_LABEL)),
+                "{c}: the zone label is the pod's zone annotation, else its zone label"
             );
             assert!(t.contains_key("zone"), "{c}: zone-aware pods get a zone");
         }
