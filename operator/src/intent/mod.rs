@@ -331,7 +331,8 @@ pub struct Intent {
     pub failover: Failover,
     /// The Event of a stage of turning zones on or off, once the status shows it.
     pub stage_event: Option<PlannedEvent>,
-    /// When the stage of turning zones on moves on by itself (no change announces it).
+    /// When to plan again though no change announces it: the stage of turning zones on
+    /// moves on, or pods the rollout waits for stop being ones Kubernetes may evict.
     pub wake_after: Option<Duration>,
 }
 

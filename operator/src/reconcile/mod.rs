@@ -171,7 +171,8 @@ struct Next {
     held_back: bool,
     /// A rollout, a scale-down or a change of zones is under way.
     rolling: bool,
-    /// The stage of turning zones on moves on at a set time.
+    /// Something moves on at a set time with no change to announce it: the stage of
+    /// turning zones on, or a rollout waiting out evictions Kubernetes may still make.
     wake: Option<Duration>,
 }
 
