@@ -457,8 +457,29 @@ fn render_prints_the_budgets_as_policy_v1() {
     assert_eq!(versions, BTreeSet::from(["policy/v1".to_string()]));
 }
 
+/// `rendered` as its pods read their zone on 1.35: from the label, marked so (each
+/// zone-aware pod template's annotations end with the config hash).
+fn zone_from_the_label(rendered: &str) -> String {
+    let annotation = "fieldPath: metadata.annotations['loki.grafana.com/availability-zone']";
+    let label = "fieldPath: metadata.labels['topology.kubernetes.io/zone']";
+    let mut out = String::new();
+    for line in rendered.replace(annotation, label).split_inclusive('\n') {
+        out.push_str(line);
+        if let Some(indent) = line
+            .strip_suffix('\n')
+            .and_then(|l| l.find("loki.grafana.com/config-hash: ").map(|i| &l[..i]))
+        {
+            out.push_str(&format!(
+                "{indent}loki.grafana.com/zone-source: pod-label\n"
+            ));
+        }
+    }
+    out
+}
+
 /// `render --kube-version` renders the same objects for every supported version (but
-/// the entry Services' `PreferSameZone` from 1.34 for `PreferClose`), and
+/// the entry Services' `PreferSameZone` from 1.34 for `PreferClose`, and from 1.35 the
+/// zone read from the label Kubernetes copies at binding, this sample's only key), and
 /// refuses an older one with nothing rendered.
 #[test]
 fn render_refuses_a_cluster_older_than_the_oldest_supported() {
@@ -469,8 +490,9 @@ fn render_refuses_a_cluster_older_than_the_oldest_supported() {
     let plain = text(&plain.stdout);
     assert!(plain.contains("trafficDistribution: PreferClose"));
     assert!(plain.contains("nodeTaintsPolicy: Honor"));
-    // 1.34 and later take PreferSameZone, the name 1.35 does not warn about.
-    let newer = plain.replace("PreferClose", "PreferSameZone");
+    // 1.34 and later take PreferSameZone, the name 1.35 does not warn about; 1.35 copies
+    // topology.kubernetes.io/zone onto pods at binding, and the pods read it.
+    let newer = zone_from_the_label(&plain.replace("PreferClose", "PreferSameZone"));
     kube_version_gives_or_refuses(
         &["render", "-f", stack],
         [&plain, &plain, &newer],
