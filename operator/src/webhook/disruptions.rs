@@ -22,7 +22,7 @@ use super::eviction::{Ingester, Review, Verdict};
 use super::review::{reply, request, Hook};
 use crate::caches::stacks;
 use crate::checks::podzone::{node_name, pod_keys, pod_zone};
-use crate::checks::taint_evictions::hazard;
+use crate::checks::taint_evictions::{hazard, Hazard};
 use crate::checks::validate::zone_aware_evictions;
 use crate::checks::zones::{node_lost, volume_zone, zone_of};
 use crate::model::defaults::Component;
@@ -234,7 +234,10 @@ impl Hook {
             node_down,
             node_cordoned,
             eviction_allowed: false,
-            hazard: hazard(pod, node.flatten().as_deref(), Timestamp::now()),
+            evicting: matches!(
+                hazard(pod, node.flatten().as_deref(), Timestamp::now()),
+                Some(Hazard::Announced | Hazard::Tainted)
+            ),
         }
     }
 }

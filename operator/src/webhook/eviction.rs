@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::checks::podzone::node_name;
-use crate::checks::taint_evictions::Hazard;
 use crate::model::conditions::pod_phase;
 use crate::model::conditions::PodPhase;
 
@@ -40,9 +39,6 @@ pub enum Why {
     /// Ready, but Kubernetes marked it for deletion or its node for eviction
     /// (`checks/taint_evictions.rs`).
     TaintEviction,
-    /// Ready, on a node back from an outage less than the pod's toleration ago:
-    /// Kubernetes may still evict it (`checks/taint_evictions.rs`).
-    NodeReturned,
 }
 
 impl fmt::Display for Why {
@@ -55,9 +51,6 @@ impl fmt::Display for Why {
             Why::Recreating => "evicted, not recreated yet",
             Why::Cordoned => "on a cordoned node: its zone is in maintenance",
             Why::TaintEviction => "being evicted by Kubernetes",
-            Why::NodeReturned => {
-                "on a node back from an outage: Kubernetes may still evict it until its toleration has passed"
-            }
         })
     }
 }
@@ -76,8 +69,13 @@ pub struct Ingester<'a> {
     pub node_cordoned: bool,
     /// This webhook allowed its eviction moments ago.
     pub eviction_allowed: bool,
-    /// Why Kubernetes may still delete it, though it is Ready.
-    pub hazard: Option<Hazard>,
+    /// Ready, but Kubernetes announced its deletion (`DisruptionTarget`) or its node
+    /// carries a `NoExecute` taint it does not tolerate for good
+    /// (`checks/taint_evictions.rs`). A node back from an outage lately is not counted
+    /// here, unlike in the rollout: a node that just joined looks the same, and the
+    /// webhook would refuse drains for a toleration after every new node on no evidence
+    /// of an eviction; the rollout, which only delays its own restarts, waits instead.
+    pub evicting: bool,
 }
 
 impl Ingester<'_> {
@@ -90,11 +88,10 @@ impl Ingester<'_> {
             Some(Why::NodeDown)
         } else if pod_phase(self.pod) != PodPhase::Ready {
             Some(Why::NotReady)
+        } else if self.evicting {
+            Some(Why::TaintEviction)
         } else {
-            self.hazard.map(|h| match h {
-                Hazard::Returned { .. } => Why::NodeReturned,
-                Hazard::Announced | Hazard::Tainted => Why::TaintEviction,
-            })
+            None
         }
     }
 
@@ -399,7 +396,7 @@ mod tests {
                 node_down: false,
                 node_cordoned: false,
                 eviction_allowed: false,
-                hazard: None,
+                evicting: false,
             })
             .collect()
     }
@@ -429,23 +426,20 @@ mod tests {
         );
     }
 
-    /// Zone a is back from an outage, its ingesters Ready, but Kubernetes may still
-    /// evict them (or has marked one): zone b's may not go meanwhile; zone a's may.
+    /// Kubernetes is evicting zone a's ingesters, though they are Ready: zone b's may not
+    /// go meanwhile; zone a's may.
     #[test]
-    fn a_zone_kubernetes_may_still_evict_is_disrupted() {
-        use k8s_openapi::jiff::Timestamp;
+    fn a_zone_kubernetes_is_evicting_is_disrupted() {
         let pods = six();
         let mut all = ingesters(&pods);
-        all[0].hazard = Some(Hazard::Returned {
-            until: Timestamp::UNIX_EPOCH,
-        });
-        all[1].hazard = Some(Hazard::Announced);
+        all[0].evicting = true;
+        all[1].evicting = true;
         let Verdict::Deny(d) = decide(&all[2], &all, &[], None) else {
-            panic!("a second zone while Kubernetes may evict zone a's ingesters");
+            panic!("a second zone while Kubernetes evicts zone a's ingesters");
         };
         let msg = d.to_string();
         assert!(
-            msg.contains("zone a is disrupted, i-0 (on a node back from an outage: Kubernetes may still evict it until its toleration has passed), i-1 (being evicted by Kubernetes)"),
+            msg.contains("zone a is disrupted, i-0 (being evicted by Kubernetes), i-1 (being evicted by Kubernetes)"),
             "{msg}"
         );
         assert_eq!(decide(&all[0], &all, &[], None), Verdict::AlreadyDown);
