@@ -7,12 +7,15 @@ KUBECTL ?= kubectl
 BIN := target/debug/loki-zone-operator
 CLUSTER := target/debug/e2e-cluster
 DEMO_DIR := .e2e/demo
-# The operator image: `deploy` installs it, `image` and `docker-build` build it; the zone
-# init container runs the same image. By default the one manifests/operator sets.
-IMG ?= $(shell awk '/newName:/ {n=$$2} /newTag:/ {t=$$2} END {print n ":" t}' manifests/operator/kustomization.yaml)
+# The operator image: `deploy` installs it, `image` and `docker-build` build it. By
+# default the one manifests/operator sets.
+IMG ?= $(shell bash hack/image-ref.sh loki-zone-operator)
+# The zone init container's image (zone-wait/, its own version): `deploy` names it in
+# RELATED_IMAGE_ZONE_WAIT, `image` and `docker-build` build it too.
+ZONE_WAIT_IMG ?= $(shell bash hack/image-ref.sh loki-zone-wait)
 # The OLM bundle image `bundle-build` builds from bundle/ (whose CSV names the operator
 # image manifests/operator sets: change it there and run `make bundle` for your own).
-BUNDLE_IMG ?= $(shell awk '/newName:/ {n=$$2} /newTag:/ {t=$$2} END {print n "-bundle:" t}' manifests/operator/kustomization.yaml)
+BUNDLE_IMG ?= $(shell bash hack/image-ref.sh loki-zone-operator -bundle)
 CONTAINER_TOOL ?= docker
 # A kustomization of your own over manifests/operator, for deploy and undeploy.
 OVERLAY ?=
@@ -161,7 +164,7 @@ replace-crd: ## Replace the Go Loki Operator's CRDs with ours, keeping every sta
 
 .PHONY: deploy
 deploy: ## Install the operator (CRD, RBAC, Deployment) with image IMG, from the committed manifests (OVERLAY: your kustomization over them)
-	IMG=$(IMG) OVERLAY=$(OVERLAY) bash hack/deploy.sh deploy
+	IMG=$(IMG) ZONE_WAIT_IMG=$(ZONE_WAIT_IMG) OVERLAY=$(OVERLAY) bash hack/deploy.sh deploy
 
 .PHONY: undeploy
 undeploy: ## Remove the operator (keeps the CRD and LokiStacks; OVERLAY as for deploy)
@@ -213,18 +216,22 @@ publish: ## Push dist/ (make release) to the registry with skopeo and pull it ba
 
 # The OCI archive `make image` writes; docs/install.md shows how each tool loads it.
 IMAGE_ARCHIVE ?= target/image/loki-zone-operator.oci.tar
+ZONE_WAIT_ARCHIVE ?= target/image/loki-zone-wait.oci.tar
 
 .PHONY: image
-image: ## Build the operator image IMG as an OCI archive, no Docker needed (IMAGE_ARCHIVE, PLATFORMS; static build cached in ~/.cache)
+image: ## Build the operator image IMG and the zone init container's ZONE_WAIT_IMG as OCI archives, no Docker needed (IMAGE_ARCHIVE, ZONE_WAIT_ARCHIVE, PLATFORMS; static builds cached in ~/.cache)
 	IMG=$(IMG) OUT=$(IMAGE_ARCHIVE) bash hack/build-image.sh
+	IMAGE=zone-wait IMG=$(ZONE_WAIT_IMG) OUT=$(ZONE_WAIT_ARCHIVE) bash hack/build-image.sh
 
 .PHONY: docker-build
-docker-build: ## Build the operator image IMG with Docker (the files `make image` writes; dependencies in their own layer)
+docker-build: ## Build the operator image IMG and the zone init container's ZONE_WAIT_IMG with Docker (the files `make image` writes; dependencies in their own layer)
 	$(CONTAINER_TOOL) build --build-arg LZO_GIT_COMMIT=$$(git rev-parse HEAD) -t $(IMG) .
+	$(CONTAINER_TOOL) build --target zone-wait -t $(ZONE_WAIT_IMG) .
 
 .PHONY: docker-push
-docker-push: ## Push the operator image IMG
+docker-push: ## Push the operator image IMG and the zone init container's ZONE_WAIT_IMG
 	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(ZONE_WAIT_IMG)
 
 .PHONY: render-sample
 render-sample: build ## Render the zone-aware sample against the sample nodes

@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# Builds the operator image without Docker or a registry: a static (musl) binary per
+# Builds the operator's images without Docker or a registry: a static (musl) binary per
 # platform in an OCI image archive (hack/oci.py).
 #
 #   hack/build-image.sh                 build, write target/image/loki-zone-operator.oci.tar
-#   hack/build-image.sh rootfs BIN DIR  only lay out the image's files in DIR (the Dockerfile)
+#   IMAGE=zone-wait hack/build-image.sh build the zone init container's image instead,
+#                                       target/image/loki-zone-wait.oci.tar
+#   hack/build-image.sh rootfs BIN DIR  only lay out the operator image's files in DIR (the
+#                                       Dockerfile)
 #
-# The image holds the binary and what a distroless "static:nonroot" image gives a static
-# binary: /etc/passwd and /etc/group with user nonroot (65532), its home, /tmp (1777),
-# and the CA bundle of the build machine (Debian's) at /etc/ssl/certs; no shell. It runs
-# as 65532:65532, entrypoint /loki-zone-operator, command `run`.
+# The operator's image holds the binary and what a distroless "static:nonroot" image
+# gives a static binary: /etc/passwd and /etc/group with user nonroot (65532), its home,
+# /tmp (1777), and the CA bundle of the build machine (Debian's) at /etc/ssl/certs; no
+# shell. It runs as 65532:65532, entrypoint /loki-zone-operator, command `run`.
+#
+# The zone init container's image (zone-wait/, loki-zone-wait) holds its binary alone,
+# runs as 65532:65532, entrypoint /loki-zone-wait. Every zone-aware Loki pod template
+# names it by digest, so its digest depends on nothing but its crate: its timestamps and
+# revision label are those of the last commit that changed zone-wait/ (not HEAD's), its
+# version label is the crate's own. An operator release that leaves zone-wait/ alone
+# gives the same digest (hack/release-check.sh checks it) and restarts no Loki pod.
 #
 # Environment:
+#   IMAGE      operator (default) or zone-wait
 #   PLATFORMS  space-separated, of linux/amd64 and linux/arm64 (default linux/amd64). One
 #              gives one image manifest (docker load, kind load, ctr import all take it);
 #              several give an image index over them, as a multi-platform release.
 #   IMG        the name in the archive (default: the image manifests/operator sets)
 #   OUT        the archive; its summary (digests, sizes) goes to OUT.json
-#   SOURCE_DATE_EPOCH  every timestamp (default: HEAD's commit time, else 0)
+#   SOURCE_DATE_EPOCH  every timestamp of the operator's image (default: HEAD's commit
+#              time, else 0)
 #   LZO_GIT_COMMIT     what --version names (default: HEAD, with -dirty for a changed tree)
 #
 # Reproducible: the binaries are built with cargo-zigbuild (zig as the C compiler and
@@ -79,21 +91,42 @@ CACHE_DIR=${LZO_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loki-zone-operator}
 TARGET_DIR="$CACHE_DIR/release-target"
 TOOLS="$CACHE_DIR/tools"
 PLATFORMS=${PLATFORMS:-linux/amd64}
-OUT=${OUT:-target/image/loki-zone-operator.oci.tar}
-IMG=${IMG:-$(awk '/newName:/ {n=$2} /newTag:/ {t=$2} END {print n ":" t}' manifests/operator/kustomization.yaml)}
-# HEAD's commit time: the image says when its source was committed. Kept from cargo:
-# build scripts that read SOURCE_DATE_EPOCH rerun when it changes, and with them most of
-# the build.
-EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+IMAGE=${IMAGE:-operator}
+dirty() { [ -n "$(git status --porcelain -- "$@" 2>/dev/null)" ]; }
+case "$IMAGE" in
+  operator)
+    PACKAGE=loki-zone-operator
+    OUT=${OUT:-target/image/loki-zone-operator.oci.tar}
+    IMG=${IMG:-$(bash hack/image-ref.sh loki-zone-operator)}
+    # HEAD's commit time: the image says when its source was committed. Kept from cargo:
+    # build scripts that read SOURCE_DATE_EPOCH rerun when it changes, and with them most
+    # of the build.
+    EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+    if [ -z "${LZO_GIT_COMMIT:-}" ]; then
+      LZO_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+      # Only what the binary is built from counts: a changed doc or test leaves it clean.
+      if [ "$LZO_GIT_COMMIT" != unknown ] && dirty Cargo.toml Cargo.lock operator zone-wait templates; then
+        LZO_GIT_COMMIT+=-dirty
+      fi
+    fi
+    REVISION=$LZO_GIT_COMMIT
+    VERSION_LABEL=$(awk -F'"' '/^version = / {print $2; exit}' Cargo.toml)
+    ;;
+  zone-wait)
+    PACKAGE=loki-zone-wait
+    OUT=${OUT:-target/image/loki-zone-wait.oci.tar}
+    IMG=${IMG:-$(bash hack/image-ref.sh loki-zone-wait)}
+    # The last commit that changed the crate, never HEAD: see above.
+    EPOCH=$(git log -1 --format=%ct -- zone-wait 2>/dev/null || true)
+    REVISION=$(git log -1 --format=%H -- zone-wait 2>/dev/null || true)
+    EPOCH=${EPOCH:-0} REVISION=${REVISION:-unknown}
+    ! dirty zone-wait || REVISION+=-dirty
+    VERSION_LABEL=$(awk -F'"' '/^version = / {print $2; exit}' zone-wait/Cargo.toml)
+    LZO_GIT_COMMIT=${LZO_GIT_COMMIT:-unknown}
+    ;;
+  *) die "IMAGE=$IMAGE: operator or zone-wait" ;;
+esac
 unset SOURCE_DATE_EPOCH
-if [ -z "${LZO_GIT_COMMIT:-}" ]; then
-  LZO_GIT_COMMIT=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-  # Only what the binary is built from counts: a changed doc or test leaves it clean.
-  if [ "$LZO_GIT_COMMIT" != unknown ] &&
-    [ -n "$(git status --porcelain -- Cargo.toml Cargo.lock operator templates 2>/dev/null)" ]; then
-    LZO_GIT_COMMIT+=-dirty
-  fi
-fi
 export LZO_GIT_COMMIT
 
 rust_target() {
@@ -170,37 +203,48 @@ done
 # builds the same bytes (panic messages carry source paths).
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 export CARGO_ENCODED_RUSTFLAGS="--remap-path-prefix=$REPO=/src"$'\x1f'"--remap-path-prefix=$cargo_home=/cargo"
-log "building the static binaries for $PLATFORMS (commit $LZO_GIT_COMMIT; cached in $TARGET_DIR)"
+log "building $PACKAGE for $PLATFORMS (revision $REVISION; cached in $TARGET_DIR)"
 start=$(date +%s)
 CARGO_TARGET_DIR="$TARGET_DIR" ${CARGO:-cargo} zigbuild --locked --release \
-  "${targets[@]}" -p loki-zone-operator --bin loki-zone-operator >&2
+  "${targets[@]}" -p "$PACKAGE" --bin "$PACKAGE" >&2
 log "built in $(($(date +%s) - start)) s"
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 rootfs_args=()
 for p in $PLATFORMS; do
-  bin="$TARGET_DIR/$(rust_target "$p")/release/loki-zone-operator"
+  bin="$TARGET_DIR/$(rust_target "$p")/release/$PACKAGE"
   check_static "$bin" "$(elf_machine "$p")"
   if run=$(runner "$p"); then
-    $run "$bin" wait-for-zone --help >/dev/null || die "$bin ($p) does not run"
+    $run "$bin" --version >/dev/null || die "$bin ($p) does not run"
   else
     log "cannot run the $p binary here (no qemu-aarch64-static): not started"
   fi
-  rootfs "$bin" "$stage/${p//\//-}"
-  rootfs_args+=(--rootfs "$p=$stage/${p//\//-}")
+  dir="$stage/${p//\//-}"
+  if [ "$IMAGE" = operator ]; then
+    rootfs "$bin" "$dir"
+  else
+    mkdir -p "$dir" && install -m 0755 "$bin" "$dir/$PACKAGE" && chmod 0755 "$dir"
+  fi
+  rootfs_args+=(--rootfs "$p=$dir")
 done
 
+labels=(
+  --label org.opencontainers.image.source=https://github.com/loki-zone-operator/loki-zone-operator
+  --label "org.opencontainers.image.revision=$REVISION"
+  --label "org.opencontainers.image.version=$VERSION_LABEL"
+  --label org.opencontainers.image.licenses=Apache-2.0
+)
+if [ "$IMAGE" = operator ]; then
+  config=(--owner home/nonroot=65532:65532 --entrypoint /loki-zone-operator --cmd run
+    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+    --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt)
+else
+  config=(--entrypoint /loki-zone-wait)
+fi
 mkdir -p "$(dirname "$OUT")"
 python3 hack/oci.py image --out "$OUT" --name "$IMG" --created "$EPOCH" \
-  "${rootfs_args[@]}" --owner home/nonroot=65532:65532 --user 65532:65532 \
-  --entrypoint /loki-zone-operator --cmd run \
-  --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  --env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-  --label org.opencontainers.image.source=https://github.com/loki-zone-operator/loki-zone-operator \
-  --label "org.opencontainers.image.revision=$LZO_GIT_COMMIT" \
-  --label "org.opencontainers.image.version=$(awk -F'"' '/^version = / {print $2; exit}' Cargo.toml)" \
-  --label org.opencontainers.image.licenses=Apache-2.0 >"$OUT.json"
+  "${rootfs_args[@]}" --user 65532:65532 "${config[@]}" "${labels[@]}" >"$OUT.json"
 python3 - "$OUT" "$OUT.json" <<'PY'
 import json, os, sys
 out, summary = sys.argv[1], json.load(open(sys.argv[2]))

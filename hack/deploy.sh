@@ -6,9 +6,9 @@
 # included. install, replace-crd and deploy first read the server's version and refuse
 # one older than Kubernetes MIN_KUBE_VERSION, the oldest the operator supports (which
 # would reject parts of what is applied, and which the operator itself refuses at start).
-# IMG replaces the operator image, and with it RELATED_IMAGE_OPERATOR (the zone init
-# container), through a kustomize overlay's `images:` entry: the way a user's own
-# overlay does it. OVERLAY (a kustomization directory over manifests/operator) replaces
+# IMG replaces the operator image and ZONE_WAIT_IMG the zone init container's
+# (RELATED_IMAGE_ZONE_WAIT), each through a kustomize overlay's `images:` entry: the way
+# a user's own overlay does it. OVERLAY (a kustomization directory over manifests/operator) replaces
 # manifests/operator for deploy, undeploy and manifests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,8 +16,10 @@ cd "$(dirname "$0")/.."
 action=${1:?usage: hack/deploy.sh install|uninstall|deploy|undeploy|replace-crd|manifests|crds}
 KUBECTL=${KUBECTL:-kubectl}
 IMG=${IMG:-}
-# The image name manifests/operator sets; overlays match their `images:` entries on it.
+ZONE_WAIT_IMG=${ZONE_WAIT_IMG:-}
+# The image names manifests/operator sets; overlays match their `images:` entries on them.
 BASE_IMAGE_NAME=ghcr.io/loki-zone-operator/loki-zone-operator
+BASE_ZONE_WAIT_NAME=ghcr.io/loki-zone-operator/loki-zone-wait
 # The operator's checks::kube_version::MIN_KUBE_VERSION (tests/bundle.rs keeps them equal).
 MIN_KUBE_VERSION=1.31
 
@@ -49,38 +51,44 @@ crd() {
   done
 }
 
+# The `images:` entry that gives image BASE the reference REF (name, name:tag or
+# name@digest).
+image_entry() { # image_entry BASE REF
+  local base=$1 ref=$2 name last
+  if [[ $ref == *@* ]]; then
+    name=${ref%%@*}
+    printf -- '- name: %s\n  newName: %s\n  digest: %s\n' "$base" "$name" "${ref#*@}"
+    return
+  fi
+  # A tag follows the last ':' of the last path segment (a registry may have a port).
+  last=${ref##*/}
+  if [[ $last == *:* ]]; then
+    printf -- '- name: %s\n  newName: %s\n  newTag: %s\n' "$base" "${ref%:*}" "${ref##*:}"
+  else
+    printf -- '- name: %s\n  newName: %s\n  newTag: latest\n' "$base" "$ref"
+  fi
+}
+
 # `kubectl kustomize manifests/operator` (or OVERLAY, a kustomization of your own over
-# it: a namePrefix, another namespace, components), with IMG (name, name:tag or
-# name@digest) as the operator image when it is set.
+# it: a namePrefix, another namespace, components), with IMG as the operator image and
+# ZONE_WAIT_IMG as the zone init container's when they are set.
 operator_manifests() {
   local base=${OVERLAY:-manifests/operator}
   [ -f "$base/kustomization.yaml" ] || [ -f "$base/kustomization.yml" ] || [ -f "$base/Kustomization" ] ||
     { echo "OVERLAY=$base: no kustomization.yaml there" >&2; exit 2; }
-  if [ -z "$IMG" ]; then
+  if [ -z "$IMG$ZONE_WAIT_IMG" ]; then
     $KUBECTL kustomize "$base"
     return
   fi
-  local dir name ref last
+  local dir
   dir=$(mktemp -d)
   # shellcheck disable=SC2064 # expand now: $dir is local
   trap "rm -rf '$dir'" RETURN
-  if [[ $IMG == *@* ]]; then
-    name=${IMG%%@*}
-    ref="digest: ${IMG#*@}"
-  else
-    # A tag follows the last ':' of the last path segment (a registry may have a port).
-    last=${IMG##*/}
-    if [[ $last == *:* ]]; then
-      name=${IMG%:*}
-      ref="newTag: ${IMG##*:}"
-    else
-      name=$IMG
-      ref="newTag: latest"
-    fi
-  fi
-  printf 'resources:\n- %s\nimages:\n- name: %s\n  newName: %s\n  %s\n' \
-    "$(realpath --relative-to="$dir" "$base")" "$BASE_IMAGE_NAME" "$name" "$ref" \
-    >"$dir/kustomization.yaml"
+  {
+    printf 'resources:\n- %s\nimages:\n' "$(realpath --relative-to="$dir" "$base")"
+    [ -z "$IMG" ] || image_entry "$BASE_IMAGE_NAME" "$IMG"
+    [ -z "$ZONE_WAIT_IMG" ] || image_entry "$BASE_ZONE_WAIT_NAME" "$ZONE_WAIT_IMG"
+  } >"$dir/kustomization.yaml"
   $KUBECTL kustomize "$dir"
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The release as `make test` checks it: `make release` twice from the same commit, the
 # second time with the operator crate compiled again for both platforms (its build
-# script rerun), and the same digests both times, byte for byte the same dist/.
+# script rerun), and the same digests both times, byte for byte the same dist/. Then a
+# commit on top that changes only operator code gives the same loki-zone-wait digest:
+# the image every zone-aware Loki pod names, so an operator-only release restarts none.
 #
 #   hack/release-check.sh        exit 0: reproducible (the digests printed); 1: not, or
 #                                the release failed; 2: it cannot run here (why on stdout)
@@ -70,3 +72,33 @@ if ! cmp -s "$runs/1.sums" "$runs/2.sums"; then
 fi
 echo "reproducible: both runs wrote the same $(wc -l <"$runs/1.sums") files of dist/, byte for byte"
 grep -h 'arm64 under qemu\|NOT checked' target/release-work/equivalence.txt 2>/dev/null || true
+
+# An operator-only change keeps the zone init container's image: in a worktree of its
+# own, a commit on HEAD that changes operator code only (a later commit, as a release
+# would be), and the loki-zone-wait image built there as the release builds it.
+read -r wait_name wait_digest < <(awk '$1 ~ /zone-wait:v/ {print $1, $2; exit}' "$runs/1.digests") ||
+  { log "dist/digests.txt names no loki-zone-wait image"; exit 1; }
+if [ -n "$(git status --porcelain -- zone-wait)" ]; then
+  echo "!! the operator-only check did NOT run: zone-wait/ has uncommitted changes, and it builds from commits"
+  exit 0
+fi
+wt="$PWD/$runs/operator-only"
+git worktree remove --force "$wt" >/dev/null 2>&1 || rm -rf "$wt"
+git worktree add -q --detach "$wt" HEAD || { log "git worktree add failed"; exit 1; }
+trap 'git worktree remove --force "$wt" >/dev/null 2>&1 || true' EXIT
+echo "// An operator-only change (hack/release-check.sh)." >>"$wt/operator/src/lib.rs"
+git -C "$wt" -c user.name=release-check -c user.email=release-check@localhost -c commit.gpgsign=false \
+  commit -q -a -m "operator-only change" --date="@$(($(git log -1 --format=%ct) + 86400))" ||
+  { log "git commit in $wt failed"; exit 1; }
+if ! (cd "$wt" && IMAGE=zone-wait PLATFORMS="linux/amd64 linux/arm64" IMG="$wait_name" \
+  OUT="$wt/target/zone-wait.oci.tar" bash hack/build-image.sh >"$wt/zone-wait.txt" 2>"$wt/zone-wait.err"); then
+  tail -n 20 "$wt/zone-wait.err" >&2
+  log "building loki-zone-wait after an operator-only commit failed"
+  exit 1
+fi
+after=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["digest"])' "$wt/target/zone-wait.oci.tar.json")
+if [ "$after" != "$wait_digest" ]; then
+  log "an operator-only commit changed the loki-zone-wait image: $wait_digest -> $after (every zone-aware Loki pod would restart on such a release)"
+  exit 1
+fi
+echo "operator-only commit: the loki-zone-wait image is the same ($wait_name $wait_digest), so such a release changes no Loki pod template"

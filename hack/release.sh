@@ -4,6 +4,9 @@
 #
 #   dist/loki-zone-operator-vX.Y.Z.oci.tar         the image: an OCI image index over
 #                                                 linux/amd64 and linux/arm64
+#   dist/loki-zone-wait-vA.B.C.oci.tar             the zone init container's image, at its
+#                                                 own version (zone-wait/Cargo.toml), same
+#                                                 platforms
 #   dist/loki-zone-operator-bundle-vX.Y.Z.oci.tar  the OLM bundle image
 #   dist/bundle/                                  the bundle it holds (manifests/, metadata/)
 #   dist/install.yaml                             CRDs, namespace, RBAC, webhook Service,
@@ -16,8 +19,10 @@
 #   dist/digests.txt                              the image digests, to pin and to compare
 #
 # Every image is named by digest: the operator's (its index, so each node pulls its own
-# platform) in both installs, the bundle's CSV (containerImage, relatedImages, the
-# Deployment) and RELATED_IMAGE_OPERATOR; Loki's too when its digest is known:
+# platform) in both installs and the bundle's CSV (containerImage, relatedImages, the
+# Deployment), the zone init container's in RELATED_IMAGE_ZONE_WAIT (its digest changes
+# only when zone-wait/ does: an operator upgrade restarts no Loki pod); Loki's too when
+# its digest is known:
 # LOKI_IMAGE_DIGEST=sha256:..., or LOKI_IMAGE_ARCHIVE (an OCI archive of the image, as
 # `skopeo copy --all docker://... oci-archive:...` writes it). Offline, without either,
 # Loki stays a tag, loudly, and REQUIRE_PINNED=1 (the release workflow) makes that an
@@ -25,7 +30,7 @@
 #
 # Environment: VERSION (required, equal to Cargo.toml's version with a v), IMAGE_REPO
 # (default ghcr.io/loki-zone-operator/loki-zone-operator), BUNDLE_REPO (default
-# IMAGE_REPO-bundle), DIST (default dist), ALLOW_DIRTY=1 to build a changed tree (its
+# IMAGE_REPO-bundle), ZONE_WAIT_REPO (default loki-zone-wait beside IMAGE_REPO), DIST (default dist), ALLOW_DIRTY=1 to build a changed tree (its
 # --version then says <commit>-dirty).
 #
 # Checks before it ends: each platform's image at most MAX_IMAGE_MB (20) MB as registries
@@ -47,10 +52,15 @@ loud() {
 VERSION=${VERSION:?usage: make release VERSION=vX.Y.Z}
 IMAGE_REPO=${IMAGE_REPO:-ghcr.io/loki-zone-operator/loki-zone-operator}
 BUNDLE_REPO=${BUNDLE_REPO:-$IMAGE_REPO-bundle}
+ZONE_WAIT_REPO=${ZONE_WAIT_REPO:-${IMAGE_REPO%/*}/loki-zone-wait}
 DIST=${DIST:-dist}
 MAX_IMAGE_MB=${MAX_IMAGE_MB:-20}
 # The names the committed manifests use; the release replaces them with digests.
 BASE_IMAGE=ghcr.io/loki-zone-operator/loki-zone-operator
+BASE_ZONE_WAIT=ghcr.io/loki-zone-operator/loki-zone-wait
+ZONE_WAIT_VERSION=v$(awk -F'"' '/^version = / {print $2; exit}' zone-wait/Cargo.toml)
+[ "$(bash hack/image-ref.sh loki-zone-wait)" = "$BASE_ZONE_WAIT:$ZONE_WAIT_VERSION" ] ||
+  die "manifests/operator/kustomization.yaml tags loki-zone-wait $(bash hack/image-ref.sh loki-zone-wait), not $ZONE_WAIT_VERSION (zone-wait/Cargo.toml): set newTag: $ZONE_WAIT_VERSION and run make bundle"
 LOKI_IMAGE=$(awk '/name: RELATED_IMAGE_LOKI/ {getline; print $2}' manifests/operator/manager/deployment.yaml)
 [ -n "$LOKI_IMAGE" ] || die "cannot read RELATED_IMAGE_LOKI from manifests/operator/manager/deployment.yaml"
 t_start=$(date +%s)
@@ -104,7 +114,7 @@ mkdir -p "$WORK"
 
 # ---------------------------------------------------------------- image
 IMAGE_ARCHIVE="$DIST/loki-zone-operator-$VERSION.oci.tar"
-LZO_GIT_COMMIT=$commit$([ -z "$(git status --porcelain -- Cargo.toml Cargo.lock operator templates)" ] || echo -dirty)
+LZO_GIT_COMMIT=$commit$([ -z "$(git status --porcelain -- Cargo.toml Cargo.lock operator zone-wait templates)" ] || echo -dirty)
 export LZO_GIT_COMMIT
 PLATFORMS="linux/amd64 linux/arm64" IMG="$IMAGE_REPO:$VERSION" OUT="$IMAGE_ARCHIVE" \
   SOURCE_DATE_EPOCH=$epoch bash hack/build-image.sh >"$WORK/image.txt"
@@ -112,6 +122,13 @@ cat "$WORK/image.txt" >&2
 mv "$IMAGE_ARCHIVE.json" "$WORK/image.json"
 image_digest=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["digest"])' "$WORK/image.json")
 OPERATOR_REF="$IMAGE_REPO@$image_digest"
+ZONE_WAIT_ARCHIVE="$DIST/loki-zone-wait-$ZONE_WAIT_VERSION.oci.tar"
+IMAGE=zone-wait PLATFORMS="linux/amd64 linux/arm64" IMG="$ZONE_WAIT_REPO:$ZONE_WAIT_VERSION" \
+  OUT="$ZONE_WAIT_ARCHIVE" bash hack/build-image.sh >"$WORK/zone-wait.txt"
+cat "$WORK/zone-wait.txt" >&2
+mv "$ZONE_WAIT_ARCHIVE.json" "$WORK/zone-wait.json"
+zone_wait_digest=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["digest"])' "$WORK/zone-wait.json")
+ZONE_WAIT_REF="$ZONE_WAIT_REPO@$zone_wait_digest"
 if [ -n "$loki_digest" ]; then LOKI_REF="${LOKI_IMAGE%:*}@$loki_digest"; else LOKI_REF=$LOKI_IMAGE; fi
 python3 - "$WORK/image.json" "$MAX_IMAGE_MB" <<'PY'
 import json, sys
@@ -135,6 +152,7 @@ overlay() { # overlay DIR RESOURCES... (relative to the repository)
     for r in "$@"; do echo "- $(realpath -m --relative-to="$dir" "$r")"; done
     echo "images:"
     printf -- '- name: %s\n  newName: %s\n  digest: %s\n' "$BASE_IMAGE" "$IMAGE_REPO" "$image_digest"
+    printf -- '- name: %s\n  newName: %s\n  digest: %s\n' "$BASE_ZONE_WAIT" "$ZONE_WAIT_REPO" "$zone_wait_digest"
     [ -z "$loki_digest" ] || printf -- '- name: %s\n  digest: %s\n' "${LOKI_IMAGE%:*}" "$loki_digest"
     cat <<YAML
 labels:
@@ -185,6 +203,8 @@ PY
 for f in install.yaml install-namespaced.yaml; do
   grep -q "image: $OPERATOR_REF" "$DIST/$f" || die "$f does not run $OPERATOR_REF"
   ! grep -q "$BASE_IMAGE:" "$DIST/$f" || die "$f still names the operator image by tag"
+  grep -q "value: $ZONE_WAIT_REF" "$DIST/$f" || die "$f does not name $ZONE_WAIT_REF"
+  ! grep -q "$BASE_ZONE_WAIT:" "$DIST/$f" || die "$f still names the zone init container's image by tag"
 done
 
 # ---------------------------------------------------------------- OLM bundle
@@ -192,19 +212,23 @@ done
 # it) with the two image references replaced by digests, and its image.
 mkdir -p "$DIST/bundle"
 cp -r bundle/manifests bundle/metadata "$DIST/bundle/"
-tag_ref=$(awk '/newName:/ {n=$2} /newTag:/ {t=$2} END {print n ":" t}' manifests/operator/kustomization.yaml)
+tag_ref=$(bash hack/image-ref.sh loki-zone-operator)
 python3 - "$DIST/bundle/manifests/loki-zone-operator.clusterserviceversion.yaml" \
-  "$tag_ref" "$OPERATOR_REF" "$LOKI_IMAGE" "$LOKI_REF" <<'PY'
+  "$tag_ref" "$OPERATOR_REF" "$LOKI_IMAGE" "$LOKI_REF" \
+  "$(bash hack/image-ref.sh loki-zone-wait)" "$ZONE_WAIT_REF" <<'PY'
 import sys, yaml
-path, old_op, new_op, old_loki, new_loki = sys.argv[1:]
+path, old_op, new_op, old_loki, new_loki, old_wait, new_wait = sys.argv[1:]
 text = open(path).read()
 count = text.count(old_op)
-if count < 4:  # containerImage, the Deployment's image and env, relatedImages
-    sys.exit(f"[release] ERROR: the CSV names {old_op} {count} times, expected 4 or more")
-text = text.replace(old_op, new_op).replace(old_loki, new_loki)
+if count < 3:  # containerImage, the Deployment's image, relatedImages
+    sys.exit(f"[release] ERROR: the CSV names {old_op} {count} times, expected 3 or more")
+if text.count(old_wait) < 2:  # RELATED_IMAGE_ZONE_WAIT, relatedImages
+    sys.exit(f"[release] ERROR: the CSV names {old_wait} fewer than 2 times")
+text = text.replace(old_op, new_op).replace(old_loki, new_loki).replace(old_wait, new_wait)
 csv = yaml.safe_load(text)
 related = {i["name"]: i["image"] for i in csv["spec"]["relatedImages"]}
 assert related["loki-zone-operator"] == new_op and related["loki"] == new_loki, related
+assert related["loki-zone-wait"] == new_wait, related
 assert csv["metadata"]["annotations"]["containerImage"] == new_op
 open(path, "w").write(text)
 PY
@@ -227,6 +251,7 @@ summary, repo = json.load(open(sys.argv[1])), sys.argv[2]
 for platform, s in sorted(summary["platforms"].items()):
     print(f"{repo}:{platform} {s['manifest']}")
 PY
+  echo "$ZONE_WAIT_REPO:$ZONE_WAIT_VERSION $zone_wait_digest"
   echo "$BUNDLE_REPO:$VERSION $bundle_digest"
   echo "$LOKI_IMAGE ${loki_digest:-not-pinned}"
 } >"$DIST/digests.txt"

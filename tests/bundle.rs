@@ -6,7 +6,7 @@
 //! icon, related images, size), and OLM's own ClusterServiceVersion schema accepts it on
 //! a real API server (server-side dry-run), as it accepts the examples against our CRD.
 //!
-//! kustomize: overlays compose (an `images:` entry also changes `RELATED_IMAGE_OPERATOR`,
+//! kustomize: overlays compose (an `images:` entry also changes `RELATED_IMAGE_ZONE_WAIT`,
 //! a `namespace:` moves every object and RBAC subject, a `namePrefix` renames what the
 //! operator is told about too), the optional pieces are components, and the result
 //! applies on the test API server.
@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 
 const CSV_FILE: &str = "bundle/manifests/loki-zone-operator.clusterserviceversion.yaml";
 const BASE_IMAGE: &str = "ghcr.io/loki-zone-operator/loki-zone-operator";
+const BASE_ZONE_WAIT: &str = "ghcr.io/loki-zone-operator/loki-zone-wait";
 const BASE_NAMESPACE: &str = "loki-zone-operator-system";
 
 fn read(path: &str) -> String {
@@ -1066,8 +1067,8 @@ fn related_images_are_every_image_the_operator_runs() {
     };
     let operator = container["image"].as_str().expect("image").to_string();
     assert_eq!(
-        env("RELATED_IMAGE_OPERATOR"),
-        operator,
+        env("RELATED_IMAGE_ZONE_WAIT"),
+        loki_zone_operator::render::DEFAULT_ZONE_WAIT_IMAGE,
         "the init container image"
     );
     assert_eq!(
@@ -1091,6 +1092,10 @@ fn related_images_are_every_image_the_operator_runs() {
         BTreeMap::from([
             ("loki", loki_zone_operator::render::DEFAULT_LOKI_IMAGE),
             ("loki-zone-operator", operator.as_str()),
+            (
+                "loki-zone-wait",
+                loki_zone_operator::render::DEFAULT_ZONE_WAIT_IMAGE
+            ),
         ])
     );
     for image in related.values() {
@@ -1253,8 +1258,12 @@ fn env_value<'a>(deployment: &'a Value, name: &str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// An `images:` entry renames the image where it is a container's and where it is a
+/// `RELATED_IMAGE_*` value, and nothing else: the operator's image entry leaves the zone
+/// init container's alone (they are different images since issue 52), and the other way
+/// round.
 #[test]
-fn an_image_overlay_changes_the_init_container_image_too() {
+fn image_overlays_rewrite_each_image_where_it_is_named() {
     let dir = scratch("images");
     write_overlay(
         &dir,
@@ -1268,8 +1277,9 @@ fn an_image_overlay_changes_the_init_container_image_too() {
     let image = d["spec"]["template"]["spec"]["containers"][0]["image"].as_str();
     assert_eq!(image, Some("registry.example.com/team/lzo:dev-1"));
     assert_eq!(
-        env_value(d, "RELATED_IMAGE_OPERATOR"),
-        "registry.example.com/team/lzo:dev-1"
+        env_value(d, "RELATED_IMAGE_ZONE_WAIT"),
+        loki_zone_operator::render::DEFAULT_ZONE_WAIT_IMAGE,
+        "the operator's image entry leaves the init container's image alone"
     );
     assert_eq!(
         env_value(d, "RELATED_IMAGE_LOKI"),
@@ -1277,41 +1287,53 @@ fn an_image_overlay_changes_the_init_container_image_too() {
         "other env values are left alone"
     );
     assert!(
-        !text.contains(BASE_IMAGE),
+        !text.contains(&format!("{BASE_IMAGE}:")),
         "the old image is left somewhere:\n{text}"
     );
 
-    // A digest works the same way.
+    // The init container's image by digest (a mirror), the operator's untouched.
     write_overlay(
         &dir,
         &[],
         &format!(
-            "images:\n- name: {BASE_IMAGE}\n  digest: sha256:{}\n",
+            "images:\n- name: {BASE_ZONE_WAIT}\n  newName: mirror.example/lzw\n  digest: sha256:{}\n",
             "ab".repeat(32)
         ),
     )
     .expect("overlay");
     let objects = kustomize(&dir).expect("kustomize");
-    let want = format!("{BASE_IMAGE}@sha256:{}", "ab".repeat(32));
+    let d = deployment(&objects);
     assert_eq!(
-        env_value(deployment(&objects), "RELATED_IMAGE_OPERATOR"),
-        want
+        env_value(d, "RELATED_IMAGE_ZONE_WAIT"),
+        format!("mirror.example/lzw@sha256:{}", "ab".repeat(32))
+    );
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("{BASE_IMAGE}:v{}", env!("CARGO_PKG_VERSION"))
     );
 }
 
 #[test]
-fn make_deploy_img_sets_both_images() {
-    for (img, want) in [
+fn make_deploy_sets_each_image() {
+    for (img, wait, want_img, want_wait) in [
         (
             "registry.example.com:5000/me/lzo:v9",
+            "registry.example.com:5000/me/lzw:v2",
             "registry.example.com:5000/me/lzo:v9",
+            "registry.example.com:5000/me/lzw:v2",
         ),
-        ("localhost:5000/lzo", "localhost:5000/lzo:latest"),
+        (
+            "localhost:5000/lzo",
+            "",
+            "localhost:5000/lzo:latest",
+            loki_zone_operator::render::DEFAULT_ZONE_WAIT_IMAGE,
+        ),
     ] {
         let out = Command::new("bash")
             .arg(repo_root().join("hack/deploy.sh"))
             .arg("manifests")
             .env("IMG", img)
+            .env("ZONE_WAIT_IMG", wait)
             .output()
             .expect("hack/deploy.sh");
         assert!(
@@ -1323,9 +1345,9 @@ fn make_deploy_img_sets_both_images() {
         let d = deployment(&objects);
         assert_eq!(
             d["spec"]["template"]["spec"]["containers"][0]["image"],
-            want
+            want_img
         );
-        assert_eq!(env_value(d, "RELATED_IMAGE_OPERATOR"), want);
+        assert_eq!(env_value(d, "RELATED_IMAGE_ZONE_WAIT"), want_wait);
     }
 }
 
@@ -1914,7 +1936,7 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
     write_overlay(
         &dir,
         &["zone-outage-recovery"],
-        &format!("namespace: logging-ops\nimages:\n- name: {BASE_IMAGE}\n  newName: registry.example.com/lzo\n  newTag: v2\n"),
+        &format!("namespace: logging-ops\nimages:\n- name: {BASE_IMAGE}\n  newName: registry.example.com/lzo\n  newTag: v2\n- name: {BASE_ZONE_WAIT}\n  newName: registry.example.com/lzw\n  newTag: v1\n"),
     )?;
     let stream = dir.join("stream.yaml");
     std::fs::write(&stream, kustomize_text(&dir)?)?;
@@ -1969,10 +1991,13 @@ async fn api_server_checks(cp: &ControlPlane) -> anyhow::Result<()> {
             "logging-ops",
             "loki-zone-operator",
             "-o",
-            "jsonpath={.spec.template.spec.containers[0].env[?(@.name==\"RELATED_IMAGE_OPERATOR\")].value}",
+            "jsonpath={.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].env[?(@.name==\"RELATED_IMAGE_ZONE_WAIT\")].value}",
         ],
     );
-    assert_eq!(env, "registry.example.com/lzo:v2");
+    assert_eq!(
+        env,
+        "registry.example.com/lzo:v2 registry.example.com/lzw:v1"
+    );
     Ok(())
 }
 

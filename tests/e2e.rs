@@ -728,7 +728,7 @@ async fn pods_created_while_down_are_annotated_on_start(env: &mut Env) -> Result
             },
             "spec": {
                 "automountServiceAccountToken": false,
-                "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-operator:e2e"}],
+                "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-wait:e2e"}],
                 "containers": [{"name": "c", "image": "busybox"}],
             },
         }))?;
@@ -1247,7 +1247,7 @@ fn zone_aware_pod(name: &str, stack: &str, keys: &str) -> Result<Pod> {
         "spec": {
             "nodeName": "node-zone-b-1",
             "automountServiceAccountToken": false,
-            "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-operator:e2e"}],
+            "initContainers": [{"name": "az-annotation-check", "image": "loki-zone-wait:e2e"}],
             "containers": [{"name": "c", "image": "busybox"}],
         },
     }))?)

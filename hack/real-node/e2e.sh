@@ -6,7 +6,7 @@
 # the kubelets of node-a/b/c (zone-a/b/c; containerd, runc, CNI bridge, kube-proxy) pull
 # the operator by digest, its two replicas serve the webhooks through their Service, and
 # a zone-aware 1x.demo LokiStack's pods get their zone in the binding and pass their zone
-# init container (the same image, pulled by digest). Then the documented uninstall keeps
+# init container (loki-zone-wait, its own image, pulled by digest). Then the documented uninstall keeps
 # the CRDs and the stack; `make deploy` with a namePrefix and another namespace, and no
 # Rust toolchain on PATH, installs again; and a drain of an ingester's node goes through
 # the eviction webhook behind the prefixed Service. A real Prometheus (Debian's 2.42) in
@@ -93,7 +93,12 @@ RELEASED=$(awk -v v=":$VERSION" 'substr($1, length($1) - length(v) + 1) == v && 
 INDEX_DIGEST=$(awk -v r="$RELEASED" '$1 == r {print $2}' dist/digests.txt)
 OP_IMAGE=${RELEASED%:"$VERSION"}@$INDEX_DIGEST
 grep -q "image: $OP_IMAGE" dist/install.yaml || { say "dist/install.yaml does not run $OP_IMAGE"; exit 1; }
-say "build: ${TIME[build]} s; operator image $OP_IMAGE"
+# And the zone init container's image (loki-zone-wait, its own version), by digest.
+read -r WAIT_TAGGED WAIT_DIGEST < <(awk '$1 ~ /zone-wait:v/ {print $1, $2; exit}' dist/digests.txt) ||
+  { say "dist/digests.txt names no loki-zone-wait image"; exit 1; }
+WAIT_IMAGE=${WAIT_TAGGED%:*}@$WAIT_DIGEST
+grep -q "value: $WAIT_IMAGE" dist/install.yaml || { say "dist/install.yaml does not name $WAIT_IMAGE"; exit 1; }
+say "build: ${TIME[build]} s; operator image $OP_IMAGE; zone init container image $WAIT_IMAGE"
 
 # ---------------------------------------------------------------- 2-3. cluster, registry
 # No image is imported but the pause and demo images: the nodes pull the operator (and
@@ -152,8 +157,9 @@ REPO_PATH=${REPO_PATH%:"$VERSION"}
 in_ns env IMAGE_REPO="$REGISTRY_ADDR/$REPO_PATH" TLS_VERIFY=false bash hack/publish.sh "$VERSION" \
   >"$W/logs/publish.out" 2>"$W/logs/publish.log" || { cat "$W/logs/publish.log" >&2; die "hack/publish.sh failed"; }
 sed 's/^/    /' "$W/logs/publish.log" >&2
-assert "hack/publish.sh pushed the image index ($INDEX_DIGEST) and the bundle image, pulled both back by digest, every blob equal" \
-  grep -q "^$REGISTRY_ADDR/$REPO_PATH@$INDEX_DIGEST\$" "$W/logs/publish.out"
+assert "hack/publish.sh pushed the image index ($INDEX_DIGEST), the zone init container's ($WAIT_DIGEST) and the bundle image, pulled each back by digest, every blob equal" \
+  grep -q "^$REGISTRY_ADDR/$REPO_PATH@$INDEX_DIGEST\$" "$W/logs/publish.out" &&
+  grep -q "^$REGISTRY_ADDR/${REPO_PATH%/*}/loki-zone-wait@$WAIT_DIGEST\$" "$W/logs/publish.out"
 TIME[publish]=$(secs "$t")
 if [ -n "${LOKI_IMAGE_ARCHIVE:-}" ]; then
   loki_ref=$(awk '/name: RELATED_IMAGE_LOKI/ {getline; print $2}' manifests/operator/manager/deployment.yaml)
@@ -264,8 +270,8 @@ assert "the quick-start ran: LokiStack $STACK_NS/$STACK exists" hk -n "$STACK_NS
 
 dep() { jp -n "$OP_NS" get deployment loki-zone-operator -o jsonpath="$1"; }
 assert "Deployment: 2 replicas" [ "$(dep '{.spec.replicas}')" = 2 ]
-assert "Deployment: image $OP_IMAGE (by digest), RELATED_IMAGE_OPERATOR the same" \
-  [ "$(dep '{.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].env[?(@.name=="RELATED_IMAGE_OPERATOR")].value}')" = "$OP_IMAGE $OP_IMAGE" ]
+assert "Deployment: image $OP_IMAGE (by digest), RELATED_IMAGE_ZONE_WAIT $WAIT_IMAGE" \
+  [ "$(dep '{.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].env[?(@.name=="RELATED_IMAGE_ZONE_WAIT")].value}')" = "$OP_IMAGE $WAIT_IMAGE" ]
 pull=$(dep '{.spec.template.spec.containers[0].imagePullPolicy}')
 assert "Deployment: imagePullPolicy IfNotPresent (the server's default for a digest): $pull" [ "$pull" = IfNotPresent ]
 assert "Deployment: the shipped security context (read-only root filesystem, non-root, no capabilities)" \
@@ -354,7 +360,7 @@ hk -n "$STACK_NS" get lokistack "$STACK" -o yaml >"$W/stack.yaml"
 kubectl get nodes -o yaml >"$W/nodes.yaml"
 kubectl -n "$STACK_NS" get secret loki-s3 -o yaml >"$W/secret.yaml"
 "$OP_BIN" render -f "$W/stack.yaml" --nodes "$W/nodes.yaml" --secret "$W/secret.yaml" \
-  --operator-image "$OP_IMAGE" 2>"$W/logs/render.log" |
+  --zone-wait-image "$WAIT_IMAGE" 2>"$W/logs/render.log" |
   awk '/^kind:/ {k=$2} /^metadata:/ {m=1; next} m && /^  name:/ {print k "/" $2; m=0}' |
   sort -u >"$W/children.expected"
 expected_zone_aware=$("$OP_BIN" render -f "$W/stack.yaml" --nodes "$W/nodes.yaml" --secret "$W/secret.yaml" \
@@ -420,9 +426,9 @@ while read -r pod node zone init uid init_image; do
   first=$(awk -v u="$uid" '$1 == u {print $3 " (resourceVersion " $5 ")"}' "$W/first-bound.txt")
   assert "$pod: zone set in the binding (the first version with spec.nodeName already has it: ${first:-not seen in the watch})" \
     [ "${first%% *}" = "$want" ]
-  assert "$pod: init container az-annotation-check runs the operator's image by digest ($init_image)" \
-    [ "$init_image" = "$OP_IMAGE" ]
-  assert "$pod: init container az-annotation-check (the operator image's wait-for-zone) exited ${init}" [ "$init" = 0 ]
+  assert "$pod: init container az-annotation-check runs loki-zone-wait by digest ($init_image)" \
+    [ "$init_image" = "$WAIT_IMAGE" ]
+  assert "$pod: init container az-annotation-check (loki-zone-wait) exited ${init}" [ "$init" = 0 ]
   logs=$(kubectl -n "$STACK_NS" logs "$pod" -c az-annotation-check 2>&1 | tail -n 3 | tr '\n' ' ')
   assert "$pod: its log names the zone $want (read by the kubelet from the downward-API volume): $logs" \
     grep -qw -- "$want" <<<"$logs"
@@ -531,7 +537,7 @@ svc_before=$(out_count lzo-e2e-webhook-clusterip)
 pod_before=$(out_count lzo-e2e-webhook-pod-ip)
 t=$(now)
 env PATH="$nocargo" KUBECONFIG="$W/cp/host.kubeconfig" \
-  make --no-print-directory -C "$repo" deploy OVERLAY="$W/overlay" IMG="$OP_IMAGE" >"$W/logs/make-deploy.log" 2>&1 ||
+  make --no-print-directory -C "$repo" deploy OVERLAY="$W/overlay" IMG="$OP_IMAGE" ZONE_WAIT_IMG="$WAIT_IMAGE" >"$W/logs/make-deploy.log" 2>&1 ||
   { cat "$W/logs/make-deploy.log" >&2; die "make deploy OVERLAY=... (no cargo on PATH) failed"; }
 OP_NS=$ACME_NS
 acme_ready() { [ "$(ready_pods)" = 2 ] && [ -n "$(holder)" ] && covered &&

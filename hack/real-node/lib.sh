@@ -2,7 +2,8 @@
 # the network namespace, starts the control plane, kube-proxy and NODES real nodes, and
 # returns once they are Ready, with the teardown trapped on EXIT (Ctrl-C and SIGTERM
 # exit through it). See run-demo.sh for the environment it reads; also
-# EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE, and
+# EXTRA_IMAGES=(ARCHIVE...) are imported into every node like OPERATOR_IMAGE and
+# ZONE_WAIT_IMAGE, and
 # CLUSTER_DNS=1 starts a cluster DNS for the pods (CoreDNS, hack/build-coredns.sh).
 # Leaves for the caller: W (work dir), NS, BIN, KC, kubectl (a function, inside the
 # namespace), the PIDs (CP_PIDS/CP_NAMES, HOLDER, CONTAINERD, KUBELET), names (the
@@ -77,6 +78,10 @@ KUBE_PROXY=${KUBE_PROXY:-1}
 if [ -n "${OPERATOR_IMAGE:-}" ]; then
   [ -s "$OPERATOR_IMAGE" ] || die "OPERATOR_IMAGE $OPERATOR_IMAGE: no such archive"
   OPERATOR_IMAGE=$(realpath "$OPERATOR_IMAGE")
+fi
+if [ -n "${ZONE_WAIT_IMAGE:-}" ]; then
+  [ -s "$ZONE_WAIT_IMAGE" ] || die "ZONE_WAIT_IMAGE $ZONE_WAIT_IMAGE: no such archive"
+  ZONE_WAIT_IMAGE=$(realpath "$ZONE_WAIT_IMAGE")
 fi
 missing=()
 for c in containerd:containerd runc:runc etcd:etcd-server ip:iproute2 iptables:iptables \
@@ -493,7 +498,7 @@ TOML
   run_containerd "$n"
   local img
   for img in "$W/images/pause.tar" "$W/images/demo.tar" ${OPERATOR_IMAGE:+"$OPERATOR_IMAGE"} \
-    ${EXTRA_IMAGES[@]+"${EXTRA_IMAGES[@]}"}; do
+    ${ZONE_WAIT_IMAGE:+"$ZONE_WAIT_IMAGE"} ${EXTRA_IMAGES[@]+"${EXTRA_IMAGES[@]}"}; do
     in_node "$n" ctr --address /run/containerd/containerd.sock -n k8s.io images import \
       "$img" >>"$W/logs/images.log"
   done

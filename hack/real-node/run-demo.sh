@@ -23,9 +23,11 @@
 #   KUBE_PROXY=0       no kube-proxy: only the kubernetes Service works (one DNAT rule)
 #   CONTAINERD_LOG_LEVEL=debug   containerd logs every CRI request and sandbox spec
 #   OPERATOR_IMAGE=ARCHIVE  also import the operator's image (an OCI or docker archive,
-#                      e.g. target/image/loki-zone-operator.oci.tar from
-#                      hack/build-image.sh) and run its `wait-for-zone` as the init
-#                      container of a pod on node-a, as zone-aware Loki pods do
+#                      e.g. target/image/loki-zone-operator.oci.tar from `make image`)
+#                      and run its `crd` in a pod on node-a
+#   ZONE_WAIT_IMAGE=ARCHIVE  also import the zone init container's image
+#                      (target/image/loki-zone-wait.oci.tar from `make image`) and run it
+#                      as the init container of that pod, as zone-aware Loki pods do
 #   WORK_DIR=DIR       where certificates, state and logs go (default: a new /tmp dir,
 #                      removed at the end unless KEEP_WORK=1)
 #
@@ -195,14 +197,34 @@ if [ "${API_FORWARD:-1}" = 1 ]; then
     "$BIN/kubectl" --kubeconfig "$W/cp/host.kubeconfig" get nodes -L topology.kubernetes.io/zone
 fi
 
-# ---------------------------------------------------------------- operator image
-# The operator's own init container on a real kubelet: it waits until the downward-API
-# file holding the pod's zone annotation is non-empty, and prints the zone.
-if [ -n "${OPERATOR_IMAGE:-}" ]; then
-  op_image=$(tar xOf "$OPERATOR_IMAGE" index.json 2>/dev/null | python3 -c 'import json,sys
+# ---------------------------------------------------------------- operator images
+# The zone init container on a real kubelet: it waits until the downward-API file
+# holding the pod's zone annotation is non-empty, and prints the zone; then the
+# operator's image prints its CRD.
+archive_image() { # the image name an OCI or docker archive holds
+  local name
+  name=$(tar xOf "$1" index.json 2>/dev/null | python3 -c 'import json,sys
 m = json.load(sys.stdin)["manifests"][0].get("annotations", {})
 print(m.get("io.containerd.image.name") or m.get("org.opencontainers.image.ref.name", ""))' 2>/dev/null || true)
-  [ -n "$op_image" ] || op_image=$(tar xOf "$OPERATOR_IMAGE" manifest.json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')
+  [ -n "$name" ] || name=$(tar xOf "$1" manifest.json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["RepoTags"][0])')
+  echo "$name"
+}
+if [ -n "${OPERATOR_IMAGE:-}${ZONE_WAIT_IMAGE:-}" ]; then
+  init=
+  if [ -n "${ZONE_WAIT_IMAGE:-}" ]; then
+    wait_image=$(archive_image "$ZONE_WAIT_IMAGE")
+    init="  initContainers:
+  - name: wait-for-zone
+    image: $wait_image
+    imagePullPolicy: Never
+    args: [--file, /etc/podinfo/zone, --timeout, 60s]
+    volumeMounts: [{name: podinfo, mountPath: /etc/podinfo}]"
+  fi
+  if [ -n "${OPERATOR_IMAGE:-}" ]; then
+    main_image=$(archive_image "$OPERATOR_IMAGE") main_args=[crd]
+  else
+    main_image=$wait_image main_args=[--version]
+  fi
   kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
@@ -212,17 +234,12 @@ metadata:
 spec:
   nodeSelector: {topology.kubernetes.io/zone: zone-a}
   restartPolicy: Never
-  initContainers:
-  - name: wait-for-zone
-    image: $op_image
-    imagePullPolicy: Never
-    args: [wait-for-zone, --file, /etc/podinfo/zone, --timeout, 60s]
-    volumeMounts: [{name: podinfo, mountPath: /etc/podinfo}]
+$init
   containers:
-  - name: crd
-    image: $op_image
+  - name: main
+    image: $main_image
     imagePullPolicy: Never
-    args: [crd]
+    args: $main_args
   volumes:
   - name: podinfo
     downwardAPI:
@@ -235,9 +252,13 @@ YAML
     case "$phase" in Succeeded | Failed) break ;; esac
     sleep 0.5
   done
-  check "operator image ($op_image): pod operator-init Succeeded (phase: $phase)" [ "$phase" = Succeeded ]
-  check "operator image: wait-for-zone printed the zone" logs_match '^zone-a$' operator-init -c wait-for-zone
-  check "operator image: crd printed the CRD" logs_match '^kind: CustomResourceDefinition' operator-init -c crd
+  check "operator images: pod operator-init Succeeded (phase: $phase)" [ "$phase" = Succeeded ]
+  if [ -n "${ZONE_WAIT_IMAGE:-}" ]; then
+    check "zone init container ($wait_image) printed the zone" logs_match '^zone-a$' operator-init -c wait-for-zone
+  fi
+  if [ -n "${OPERATOR_IMAGE:-}" ]; then
+    check "operator image ($main_image): crd printed the CRD" logs_match '^kind: CustomResourceDefinition' operator-init -c main
+  fi
 fi
 
 # ---------------------------------------------------------------- burst

@@ -8,9 +8,7 @@ use loki_zone_operator::caches::scope::Scope;
 use loki_zone_operator::checks::kube_version::{
     KubeVersion, MIN_KUBE_VERSION, PREFER_SAME_ZONE_SINCE,
 };
-use loki_zone_operator::cli::waitzone;
 use loki_zone_operator::cli::{self, RenderRequest};
-use loki_zone_operator::lead::own_image::OwnPod;
 use loki_zone_operator::model::duration;
 use loki_zone_operator::render::{self, Settings};
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
@@ -38,11 +36,11 @@ struct ImageArgs {
     /// Loki image of every component (by digest in released installs).
     #[arg(long, env = "RELATED_IMAGE_LOKI", default_value = render::DEFAULT_LOKI_IMAGE)]
     loki_image: String,
-    /// Image of the zone init container: this operator's own image. By digest in
-    /// released installs; a tag is pinned at start to the digest the operator's own
-    /// container runs, where it can read its pod.
-    #[arg(long, env = "RELATED_IMAGE_OPERATOR", default_value = render::DEFAULT_OPERATOR_IMAGE)]
-    operator_image: String,
+    /// Image of the zone init container of zone-aware pods (loki-zone-wait, built from
+    /// zone-wait/). By digest in released installs. Its own image, not the operator's:
+    /// an operator upgrade that leaves it alone changes no pod template.
+    #[arg(long, env = "RELATED_IMAGE_ZONE_WAIT", default_value = render::DEFAULT_ZONE_WAIT_IMAGE)]
+    zone_wait_image: String,
     /// How long the zone init container waits for the pod's zone annotation.
     #[arg(long, env = "ZONE_WAIT_TIMEOUT", default_value = render::DEFAULT_ZONE_WAIT_TIMEOUT, value_parser = parse_timeout)]
     zone_wait_timeout: String,
@@ -52,7 +50,7 @@ impl ImageArgs {
     fn settings(&self) -> Settings {
         Settings {
             loki_image: self.loki_image.clone(),
-            operator_image: self.operator_image.clone(),
+            zone_wait_image: self.zone_wait_image.clone(),
             zone_wait_timeout: self.zone_wait_timeout.clone(),
             ..Settings::default()
         }
@@ -220,18 +218,6 @@ enum Command {
         #[command(flatten)]
         images: ImageArgs,
     },
-    /// Init container: wait until the pod's zone annotation is projected into FILE.
-    WaitForZone {
-        /// The downward-API file that mirrors the zone annotation.
-        #[arg(long, default_value_t = loki_zone_operator::model::names::zone_file_path())]
-        file: String,
-        /// Give up after this long (e.g. 10m, 30s).
-        #[arg(long, default_value = render::DEFAULT_ZONE_WAIT_TIMEOUT, value_parser = duration::parse_duration)]
-        timeout: Duration,
-        /// How often to look at the file.
-        #[arg(long, default_value = "1s", value_parser = duration::parse_duration)]
-        interval: Duration,
-    },
 }
 
 /// The help of `render --kube-version`: what the version changes, and the oldest accepted.
@@ -312,11 +298,6 @@ impl RunArgs {
 
     fn config(self) -> loki_zone_operator::lead::RunConfig {
         let identity = self.identity();
-        // In a pod (POD_NAME and POD_NAMESPACE from the downward API), its own image.
-        let own_pod = self.identity.clone().map(|name| OwnPod {
-            namespace: self.lease_namespace.clone(),
-            name,
-        });
         let webhook = self.webhook.config(&self.lease_namespace);
         // NetworkPolicies let the operator's pods, in this namespace, reach ingesters.
         let settings = Settings {
@@ -338,7 +319,6 @@ impl RunArgs {
             });
         loki_zone_operator::lead::RunConfig {
             settings,
-            own_pod,
             resync: self.resync,
             health_addr: self.health_addr,
             metrics_addr: self.metrics_addr,
@@ -413,19 +393,6 @@ fn render_stack(req: RenderRequest) -> ExitCode {
     }
 }
 
-fn wait_for_zone(file: &str, timeout: Duration, interval: Duration) -> ExitCode {
-    match waitzone::wait_for_zone(std::path::Path::new(file), timeout, interval) {
-        Ok(zone) => {
-            println!("{zone}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => run(*args),
@@ -449,10 +416,5 @@ fn main() -> ExitCode {
             namespace,
             settings: images.settings().for_server(kube_version),
         }),
-        Command::WaitForZone {
-            file,
-            timeout,
-            interval,
-        } => wait_for_zone(&file, timeout, interval),
     }
 }

@@ -57,7 +57,7 @@ fn render_zone_aware_sample_prints_zone_pieces_and_the_verdict() {
     for w in workloads {
         let init = &w["spec"]["template"]["spec"]["initContainers"][0];
         assert_eq!(init["name"].as_str(), Some("az-annotation-check"));
-        assert_eq!(init["args"][0].as_str(), Some("wait-for-zone"));
+        assert_eq!(init["args"][0].as_str(), Some("--file"));
     }
 }
 
@@ -204,54 +204,6 @@ fn kube_version_gives_or_refuses(args: &[&str], want: [&str; 3], older: [&str; 3
         let want = format!("Kubernetes 1.31 or later is required; the target cluster is {version}");
         assert!(text(&out.stderr).contains(&want), "{}", text(&out.stderr));
     }
-}
-
-#[test]
-fn wait_for_zone_exits_zero_and_prints_the_zone_written_later() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("az");
-    std::fs::write(&file, "").expect("write");
-    let child = bin()
-        .args([
-            "wait-for-zone",
-            "--file",
-            file.to_str().unwrap(),
-            "--timeout",
-            "20s",
-            "--interval",
-            "50ms",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(300));
-    std::fs::write(&file, "eu-west-1b").expect("write zone");
-    let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(0));
-    assert_eq!(text(&out.stdout).trim(), "eu-west-1b");
-}
-
-#[test]
-fn wait_for_zone_times_out_non_zero_naming_the_annotation() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("az");
-    std::fs::write(&file, "").expect("write");
-    let out = run(&[
-        "wait-for-zone",
-        "--file",
-        file.to_str().unwrap(),
-        "--timeout",
-        "300ms",
-        "--interval",
-        "50ms",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("loki.grafana.com/availability-zone"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("timed out"), "{stderr}");
 }
 
 #[test]
@@ -460,8 +412,9 @@ fn render_prints_the_budgets_as_policy_v1() {
 /// `rendered` as its pods read their zone on 1.35: from the label, marked so (each
 /// zone-aware pod template's annotations end with the config hash).
 fn zone_from_the_label(rendered: &str) -> String {
-    let annotation = "fieldPath: metadata.annotations['loki.grafana.com/availability-zone']";
-    let label = "fieldPath: metadata.labels['topology.kubernetes.io/zone']";
+    // The downward-API fields and the init container's `--field`.
+    let annotation = "metadata.annotations['loki.grafana.com/availability-zone']";
+    let label = "metadata.labels['topology.kubernetes.io/zone']";
     let mut out = String::new();
     for line in rendered.replace(annotation, label).split_inclusive('\n') {
         out.push_str(line);

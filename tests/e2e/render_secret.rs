@@ -101,7 +101,7 @@ fn render(
     }
     let out = cmd
         .args(["--kube-version", version])
-        .args(["--operator-image", "loki-zone-operator:e2e"])
+        .args(["--zone-wait-image", "loki-zone-wait:e2e"])
         .args(["--loki-image", "grafana/loki:e2e"])
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();

@@ -310,7 +310,7 @@ fn zone_aware_pod(name: &str) -> Result<Pod> {
         },
         "spec": {
             "automountServiceAccountToken": false,
-            "initContainers": [{"name": names::INIT_CONTAINER_ZONE, "image": "loki-zone-operator:e2e"}],
+            "initContainers": [{"name": names::INIT_CONTAINER_ZONE, "image": "loki-zone-wait:e2e"}],
             "containers": [{"name": "c", "image": "busybox"}],
         },
     }))?)

@@ -1,10 +1,18 @@
-//! An upgrade of the operator (issue 37): the previous release runs two stacks, one
-//! zone-aware and one not; the new release takes over from it. Where the render of a
+//! An upgrade of the operator (issues 37 and 52): the previous release runs two stacks,
+//! one zone-aware and one not; this release takes over from it. Where the render of a
 //! child did not change, nothing restarts: the plain stack keeps every pod. Where it did
-//! (the zone init container runs the new release's image), the zone-aware stack's
-//! ingesters restart zone by zone, as any rollout. (Upgrading from the previous release
-//! rewrites the applied-hash annotation of every child once, since its hash function
-//! was Rust's `DefaultHasher`: metadata only, and no pod restarts for it.)
+//! (the previous release ran its own image as the zone init container; this one runs
+//! loki-zone-wait, an image of its own), the zone-aware stack's ingesters restart zone by
+//! zone, as any rollout. (Upgrading from the previous release rewrites the applied-hash
+//! annotation of every child once, since its hash function was Rust's `DefaultHasher`:
+//! metadata only, and no pod restarts for it.)
+//!
+//! Then a release that changes only operator code takes over from this one: what it is
+//! configured with differs only in the operator's own image, which nothing rendered
+//! names any more (the init container's image stays, its digest changing only with
+//! zone-wait/: hack/release-check.sh checks that). Counted: 0 pods restarted, 0
+//! StatefulSet or Deployment changed (pod template and generation), after the new
+//! operator has reconciled every stack several times.
 //!
 //! The previous release is built from [`operator::PREVIOUS_RELEASE`] in a worktree. Both
 //! releases run narrowed to the scenario's namespace (`--watch-namespaces`), so that the
@@ -28,7 +36,9 @@ use super::rollout::{ingesters_in, ready_stack_in, zones_in_turn, PodWatch};
 use super::{create_stack, stack_json, wait_condition, workloads, Env, WAIT};
 
 const NS: &str = "e2e-upgrade";
-const NEW_IMAGE: &str = "loki-zone-operator:e2e-next";
+/// The zone init container's image this release renders (the previous one rendered its
+/// own image, `loki-zone-operator:e2e`).
+const ZONE_WAIT_IMAGE: &str = "loki-zone-wait:e2e-next";
 
 /// Pod name → uid, of every pod of the namespace with `selector`.
 async fn pods(env: &Env, selector: &str) -> Result<BTreeMap<String, String>> {
@@ -105,7 +115,12 @@ pub(super) async fn an_upgrade_restarts_only_what_the_new_release_renders_differ
 async fn upgrade(env: &mut Env, previous: &std::path::Path) -> Result<()> {
     // 1. The previous release runs a zone-aware stack and a plain one.
     env.stop_operator();
-    start(env, previous, &[]).await?;
+    start(
+        env,
+        previous,
+        &["--operator-image", "loki-zone-operator:e2e"],
+    )
+    .await?;
     let zone_of = ready_stack_in(env, NS, "zoned").await?;
     create_stack(env, NS, stack_json("plain", "1x.demo", Value::Null)).await?;
     wait_condition(env, NS, "plain", "Ready", Some("ReadyComponents")).await?;
@@ -130,7 +145,7 @@ async fn upgrade(env: &mut Env, previous: &std::path::Path) -> Result<()> {
         .map(|(n, v)| (n.clone(), v.clone()))
         .collect::<BTreeMap<_, _>>();
 
-    // 2. The new release, with its own image, takes over.
+    // 2. This release, with the init container's own image, takes over.
     env.stop_operator();
     let watch = PodWatch::start(env.admin.clone(), NS);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -138,11 +153,12 @@ async fn upgrade(env: &mut Env, previous: &std::path::Path) -> Result<()> {
     start(
         env,
         &operator::operator_bin()?,
-        &["--operator-image", NEW_IMAGE],
+        &["--zone-wait-image", ZONE_WAIT_IMAGE],
     )
     .await?;
 
-    // The zone-aware stack: every ingester replaced, zone by zone, with the new image.
+    // The zone-aware stack: every ingester replaced, zone by zone, with the init
+    // container's new image.
     let stacks: Api<LokiStack> = Api::namespaced(env.admin.clone(), NS);
     eventually(
         "the zone-aware stack rolled to the new image",
@@ -175,7 +191,7 @@ async fn upgrade(env: &mut Env, previous: &std::path::Path) -> Result<()> {
             .and_then(|c| c.first())
             .and_then(|c| c.image.clone());
         ensure!(
-            init.as_deref() == Some(NEW_IMAGE),
+            init.as_deref() == Some(ZONE_WAIT_IMAGE),
             "{name}: init image {init:?}"
         );
     }
@@ -233,6 +249,81 @@ async fn upgrade(env: &mut Env, previous: &std::path::Path) -> Result<()> {
         "    plain stack: {} pods kept, {} workloads with the same pod template",
         now.len(),
         templates.len()
+    );
+    wait_until_rolled(env).await?;
+    an_operator_only_release_restarts_nothing(env).await
+}
+
+/// Every ingester of the zone-aware stack up after its rollout, and no pod of the
+/// namespace on its way out: the state a new release must leave as it is.
+async fn wait_until_rolled(env: &Env) -> Result<()> {
+    eventually("the namespace settled after the rollout", WAIT, || async {
+        let all = Api::<Pod>::namespaced(env.admin.clone(), NS)
+            .list(&ListParams::default())
+            .await?;
+        let settled = all.items.iter().all(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        Ok(settled.then_some(()))
+    })
+    .await
+}
+
+/// 3. A release that changes only operator code: 0 pods restarted, 0 workloads changed.
+async fn an_operator_only_release_restarts_nothing(env: &mut Env) -> Result<()> {
+    let every_stack = format!("{}={}", names::LABEL_NAME, names::LABEL_NAME_VALUE);
+    let pods_before = pods(env, &every_stack).await?;
+    let workloads_before = workloads(env, NS).await?;
+    ensure!(
+        pods_before.len() >= 12,
+        "pods of both stacks: {pods_before:?}"
+    );
+    env.stop_operator();
+    start(
+        env,
+        &operator::operator_bin()?,
+        &["--zone-wait-image", ZONE_WAIT_IMAGE],
+    )
+    .await?;
+    // Several resyncs (2 s) of both stacks by the new operator.
+    let started = super::reconciles(env).await?;
+    eventually(
+        "the new operator reconciled every stack 3 times",
+        WAIT,
+        || async { Ok((super::reconciles(env).await? >= started + 6).then_some(())) },
+    )
+    .await?;
+    let pods_after = pods(env, &every_stack).await?;
+    let workloads_after = workloads(env, NS).await?;
+    let restarted: Vec<_> = pods_before
+        .iter()
+        .filter(|(n, uid)| pods_after.get(*n) != Some(uid))
+        .map(|(n, _)| n)
+        .collect();
+    let changed: Vec<_> = workloads_before
+        .iter()
+        .zip(&workloads_after)
+        .filter(|(b, a)| b != a)
+        .map(|(b, _)| &b.0)
+        .collect();
+    ensure!(
+        workloads_before.len() == workloads_after.len(),
+        "workloads before {} and after {}",
+        workloads_before.len(),
+        workloads_after.len()
+    );
+    ensure!(
+        restarted.is_empty() && changed.is_empty(),
+        "an operator-only upgrade restarted pods {restarted:?} and changed workloads {changed:?}"
+    );
+    println!(
+        "    operator-only release: 0 of {} pods restarted, 0 of {} StatefulSets and Deployments changed (template and generation)",
+        pods_before.len(),
+        workloads_before.len()
     );
     Ok(())
 }

@@ -139,6 +139,8 @@ pub fn files() -> Result<Vec<(String, String)>> {
     };
     let loki_image =
         env_value("RELATED_IMAGE_LOKI").context("RELATED_IMAGE_LOKI in the operator Deployment")?;
+    let zone_wait_image = env_value("RELATED_IMAGE_ZONE_WAIT")
+        .context("RELATED_IMAGE_ZONE_WAIT in the operator Deployment")?;
     let root = repo_root();
     let mut samples = Vec::new();
     for f in EXAMPLES {
@@ -252,6 +254,7 @@ pub fn files() -> Result<Vec<(String, String)>> {
             "relatedImages": [
                 {"name": "loki-zone-operator", "image": operator_image},
                 {"name": "loki", "image": loki_image},
+                {"name": "loki-zone-wait", "image": zone_wait_image},
             ],
         },
     });

@@ -254,10 +254,14 @@ impl Operator {
             .create(true)
             .append(true)
             .open(&log)?;
-        // The images unless the scenario names its own (an upgrade's new image).
+        // The images unless the scenario names its own (an upgrade's; the previous
+        // release takes the init container's image as `--operator-image`).
         let mut images = vec!["--loki-image", "grafana/loki:e2e"];
-        if !extra.iter().any(|a| a.starts_with("--operator-image")) {
-            images.extend(["--operator-image", "loki-zone-operator:e2e"]);
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--zone-wait-image") || a.starts_with("--operator-image"))
+        {
+            images.extend(["--zone-wait-image", "loki-zone-wait:e2e"]);
         }
         let child = Command::new(bin)
             .args([

@@ -3,7 +3,6 @@
 //! (`plan::resolve_stack`), so what it prints is what the controller would apply.
 
 pub mod secret;
-pub mod waitzone;
 
 use std::path::{Path, PathBuf};
 

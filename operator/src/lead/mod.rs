@@ -8,7 +8,6 @@
 //! else.
 
 pub mod lease;
-pub mod own_image;
 pub mod term;
 
 use std::net::SocketAddr;
@@ -41,8 +40,6 @@ use self::term::{Parts, Term};
 
 pub struct RunConfig {
     pub settings: Settings,
-    /// This replica's pod, when it runs in one: where it reads its own image's digest.
-    pub own_pod: Option<own_image::OwnPod>,
     pub resync: Duration,
     pub health_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
@@ -186,8 +183,6 @@ pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
     // What the server takes without a warning (the entry Services carry it), and whether
     // it copies the zone label at binding.
     cfg.settings = cfg.settings.for_server(version);
-    cfg.settings.operator_image =
-        own_image::pin(&client, &cfg.settings.operator_image, cfg.own_pod.as_ref()).await;
     let metrics = Arc::new(Metrics::default());
     let ready = server::Readiness::default();
     let shutdown = shutdown_signal();

@@ -7,7 +7,6 @@ pub mod conditions;
 pub mod defaults;
 pub mod duration;
 pub mod go_compat;
-pub mod image;
 pub mod names;
 pub mod pods;
 pub mod storage;

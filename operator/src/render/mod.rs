@@ -90,11 +90,9 @@ const TEMPLATES: &[(&str, &str)] = &[
 
 /// The default Loki image: the version the Go Loki Operator ships.
 pub const DEFAULT_LOKI_IMAGE: &str = "docker.io/grafana/loki:3.7.3";
-/// The default operator image, which also serves the zone init container.
-pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(
-    "ghcr.io/loki-zone-operator/loki-zone-operator:v",
-    env!("CARGO_PKG_VERSION")
-);
+/// The default image of the zone init container, by the tag of the zone-wait crate's
+/// version (released installs name it by digest).
+pub const DEFAULT_ZONE_WAIT_IMAGE: &str = loki_zone_wait::DEFAULT_IMAGE;
 pub const DEFAULT_ZONE_WAIT_TIMEOUT: &str = "10m";
 /// The namespace `make deploy` installs the operator in.
 pub const DEFAULT_OPERATOR_NAMESPACE: &str = "loki-zone-operator-system";
@@ -103,8 +101,8 @@ pub const DEFAULT_OPERATOR_NAMESPACE: &str = "loki-zone-operator-system";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
     pub loki_image: String,
-    /// The image of the `az-annotation-check` init container: the operator's own.
-    pub operator_image: String,
+    /// The image of the `az-annotation-check` init container (loki-zone-wait).
+    pub zone_wait_image: String,
     /// How long the init container waits for the zone annotation (e.g. `10m`).
     pub zone_wait_timeout: String,
     /// The operator's own namespace: its pods ask ingesters to leave the ring, which
@@ -152,7 +150,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             loki_image: DEFAULT_LOKI_IMAGE.into(),
-            operator_image: DEFAULT_OPERATOR_IMAGE.into(),
+            zone_wait_image: DEFAULT_ZONE_WAIT_IMAGE.into(),
             zone_wait_timeout: DEFAULT_ZONE_WAIT_TIMEOUT.into(),
             operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
             traffic_distribution: TrafficDistribution::default(),
@@ -570,7 +568,7 @@ fn zone_ctx(eff: &EffectiveStack, settings: &Settings, kind: WorkloadKind) -> Va
         "mount_dir": names::ZONE_MOUNT_DIR,
         "file_name": names::ZONE_FILE_NAME,
         "file": names::zone_file_path(),
-        "image": settings.operator_image,
+        "image": settings.zone_wait_image,
         "timeout": settings.zone_wait_timeout,
         "match_label_keys": match_label_keys,
         "hostname_key": names::LABEL_HOSTNAME,

@@ -229,17 +229,27 @@ fn every_zone_aware_pod_carries_every_zone_piece() {
         assert_eq!(init[0].name, names::INIT_CONTAINER_ZONE);
         assert_eq!(
             init[0].image.as_deref(),
-            Some(Settings::default().operator_image.as_str())
+            Some(Settings::default().zone_wait_image.as_str())
         );
         assert_eq!(
             init[0].args.clone().expect("args"),
             vec![
-                "wait-for-zone",
                 "--file",
                 "/etc/az-annotation/az",
+                "--field",
+                "metadata.annotations['loki.grafana.com/availability-zone']",
                 "--timeout",
                 "10m"
             ]
+        );
+        // The init container accepts what the operator renders (its own parser).
+        let args = init[0].args.clone().unwrap_or_default();
+        assert!(
+            matches!(
+                loki_zone_wait::parse_args(args.into_iter()),
+                Ok(loki_zone_wait::Parsed::Run(a)) if a.timeout.as_secs() == 600
+            ),
+            "loki-zone-wait refuses the rendered arguments"
         );
         assert!(
             init[0].command.is_none(),
@@ -328,7 +338,7 @@ const ZONE_TRACES: &[&str] = &[
     "INSTANCE_AVAILABILITY_ZONE",
     "zone_awareness_enabled",
     "instance_availability_zone",
-    "wait-for-zone",
+    "loki-zone-wait",
     "ScheduleAnyway",
     "kubernetes.io/hostname",
     "OnDelete",

@@ -293,23 +293,6 @@ impl PodBuilder {
         self
     }
 
-    /// A container, with the image it runs and, once started, the kubelet's `imageID`.
-    pub fn container(mut self, name: &str, image: &str, image_id: &str) -> Self {
-        if let Some(c) = self.0["spec"]["containers"].as_array_mut() {
-            c.push(serde_json::json!({"name": name, "image": image}));
-        }
-        let statuses = &mut self.0["status"]["containerStatuses"];
-        if statuses.is_null() {
-            *statuses = serde_json::json!([]);
-        }
-        if let Some(s) = statuses.as_array_mut() {
-            s.push(serde_json::json!({
-                "name": name, "image": image, "imageID": image_id, "ready": true, "restartCount": 0,
-            }));
-        }
-        self
-    }
-
     pub fn build(self) -> k8s_openapi::api::core::v1::Pod {
         serde_json::from_value(self.0).expect("a pod")
     }
