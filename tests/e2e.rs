@@ -1508,7 +1508,8 @@ async fn apply_failure_is_retried_with_the_error_backoff(env: &mut Env) -> Resul
         wait_condition(env, ns, "s", "Ready", Some("ReadyComponents")).await?;
         let took = freed.elapsed();
         println!("    applied {took:.1?} after the quota was removed (resync 10m)");
-        // The error backoff is 10 s; a retry at the resync would take 10 minutes.
+        // The stack's backoff is at 10 s or 20 s after two or three failures; a retry at
+        // the resync would take 10 minutes.
         ensure!(took < Duration::from_secs(60), "retried after {took:?}");
         Ok(())
     }

@@ -76,6 +76,7 @@ fn reconcile_context(p: &Parts, webhook_coverage: WebhookCoverage) -> Arc<Contex
         resync: p.resync,
         webhook_coverage,
         forgotten_at: Default::default(),
+        backoff: Default::default(),
     })
 }
 

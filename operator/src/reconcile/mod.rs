@@ -8,8 +8,9 @@
 //!
 //! A step that fails returns `Err` after the user has been told (an Event, and a Degraded
 //! condition where the status can still be computed), so [`error_policy`] retries it
-//! with a short backoff instead of waiting for the resync.
+//! with a backoff of its own ([`backoff`]) instead of waiting for the resync.
 
+pub mod backoff;
 pub mod controller;
 pub mod rules;
 
@@ -41,8 +42,6 @@ use crate::render::Settings;
 use crate::status;
 use crate::telemetry::metrics::{Metrics, StackView};
 
-/// How soon a failed reconcile runs again.
-pub const ERROR_BACKOFF: Duration = Duration::from_secs(10);
 /// How soon a held-back stack is looked at again when no change arrives.
 pub const HELD_BACK_RETRY: Duration = Duration::from_secs(30);
 /// How soon a stack is looked at again while a rollout is under way. Pod and StatefulSet
@@ -67,6 +66,8 @@ pub struct Context {
     pub webhook_coverage: WebhookCoverage,
     /// When deleted stacks were last forgotten ([`FORGET_EVERY`]).
     pub forgotten_at: Mutex<Option<Instant>>,
+    /// Each stack's failures in a row: how soon [`error_policy`] retries it.
+    pub backoff: backoff::ErrorBackoff,
 }
 
 /// The step that failed, and why.
@@ -134,17 +135,7 @@ pub async fn reconcile(
             held_back: true, ..
         }) => "held_back",
         Ok(_) => "ok",
-        Err(e) => {
-            let (reason, label) = e.reason();
-            warn!(stack = %stack.name_any(), namespace = ?stack.namespace(), error = %e, "reconcile failed; retrying in {ERROR_BACKOFF:?}");
-            if !e.shown_in_status() {
-                let object = stack.object_ref(&());
-                ctx.notify
-                    .event(&object, EventType::Warning, reason, e.to_string())
-                    .await;
-            }
-            label
-        }
+        Err(e) => failed(&stack, &ctx, e).await,
     };
     Metrics::count(&ctx.metrics.reconciles, label, 1);
     ctx.metrics
@@ -153,6 +144,8 @@ pub async fn reconcile(
     ctx.metrics
         .reconciled(CONTROLLER, result.is_ok(), started.elapsed());
     result.map(|next| {
+        ctx.backoff
+            .succeeded(&stack.namespace().unwrap_or_default(), &stack.name_any());
         if next.held_back {
             // Some causes of a hold-back send no change when fixed (a CA ConfigMap, which
             // is not watched): look again soon, which costs reads only.
@@ -163,6 +156,23 @@ pub async fn reconcile(
             Action::requeue(next.wake.map_or(ctx.resync, |w| ctx.resync.min(w)))
         }
     })
+}
+
+/// A failed reconcile: counted in the stack's backoff, logged, and told in an Event
+/// unless the status shows it. Its metric label.
+async fn failed(stack: &LokiStack, ctx: &Context, e: &ReconcileError) -> &'static str {
+    let (reason, label) = e.reason();
+    let retry = ctx
+        .backoff
+        .failed(&stack.namespace().unwrap_or_default(), &stack.name_any());
+    warn!(stack = %stack.name_any(), namespace = ?stack.namespace(), error = %e, "reconcile failed; retrying in {retry:?}");
+    if !e.shown_in_status() {
+        let object = stack.object_ref(&());
+        ctx.notify
+            .event(&object, EventType::Warning, reason, e.to_string())
+            .await;
+    }
+    label
 }
 
 /// When a reconcile that went through must run again without a change to trigger it.
@@ -237,12 +247,18 @@ fn forget_deleted_stacks(ctx: &Context) {
         .collect();
     ctx.applier.retain(&live);
     ctx.metrics.retain(&live);
+    ctx.backoff.retain(&live);
 }
 
 /// A stack being deleted (Kubernetes garbage-collects its children through their owner
 /// references) or set Unmanaged is left alone, but for [`release_failover`]; with why.
 fn not_ours_to_run(stack: &LokiStack, ctx: &Context) -> Option<(Action, &'static str)> {
     let (ns, name) = (stack.namespace().unwrap_or_default(), stack.name_any());
+    let leaving = stack.metadata.deletion_timestamp.is_some()
+        || stack.spec.management_state == ManagementState::Unmanaged;
+    if leaving {
+        ctx.backoff.succeeded(&ns, &name);
+    }
     if stack.metadata.deletion_timestamp.is_some() {
         ctx.applier.forget(&ns, &name);
         ctx.metrics.set_stack(&ns, &name, None);
@@ -303,12 +319,16 @@ fn record(ctx: &Context, snapshot: &Snapshot, stack: &LokiStack, status: &LokiSt
 }
 
 pub fn error_policy(
-    _stack: Arc<DynamicObject>,
+    stack: Arc<DynamicObject>,
     _error: &ReconcileError,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 ) -> Action {
-    // `reconcile` has logged, counted and reported the error already.
-    Action::requeue(ERROR_BACKOFF)
+    // `reconcile` has logged, counted and reported the error already, and counted the
+    // failure in the stack's backoff.
+    Action::requeue(
+        ctx.backoff
+            .current(&stack.namespace().unwrap_or_default(), &stack.name_any()),
+    )
 }
 
 #[cfg(test)]

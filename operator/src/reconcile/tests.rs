@@ -50,6 +50,7 @@ fn term(cluster: &FakeCluster) -> Arc<Context> {
         resync: Duration::from_secs(300),
         webhook_coverage: WebhookCoverage::default(),
         forgotten_at: Default::default(),
+        backoff: Default::default(),
     })
 }
 
