@@ -52,6 +52,19 @@ fn committed_crds_match_the_code() {
     }
 }
 
+/// `kubectl get logging` (and `loki`) lists every kind the operator serves.
+#[test]
+fn every_crd_is_in_the_logging_and_loki_categories() {
+    for (file, yaml) in loki_zone_operator::cli::crd_files().expect("crds") {
+        let crd: Value = serde_yaml_ng::from_str(&yaml).expect("yaml");
+        assert_eq!(
+            crd["spec"]["names"]["categories"],
+            json!(["logging", "loki"]),
+            "{file}"
+        );
+    }
+}
+
 fn valid_stack() -> Value {
     json!({
         "apiVersion": "loki.grafana.com/v1",

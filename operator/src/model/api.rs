@@ -184,6 +184,9 @@ fn bound_kubernetes_integers(node: &mut JSONSchemaProps) {
     plural = "lokistacks",
     doc = "LokiStack is a Grafana Loki deployment whose log streams can be replicated across availability zones.",
     namespaced,
+    // `kubectl get logging` (or `loki`) lists every kind of the operator.
+    category = "logging",
+    category = "loki",
     status = "LokiStackStatus",
     printcolumn = r#"{"name":"Size","type":"string","jsonPath":".spec.size"}"#,
     printcolumn = r#"{"name":"Replication factor","type":"integer","jsonPath":".status.replication.factor"}"#,

@@ -66,6 +66,9 @@ pub struct RuleStatus {
     plural = "alertingrules",
     doc = "AlertingRule is a set of Loki alerting rule groups of one tenant, loaded by the ruler of every LokiStack whose spec.rules selects it.",
     namespaced,
+    // `kubectl get logging` (or `loki`) lists every kind of the operator.
+    category = "logging",
+    category = "loki",
     status = "RuleStatus",
     printcolumn = r#"{"name":"Tenant","type":"string","jsonPath":".spec.tenantID"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -146,6 +149,9 @@ pub struct AlertingRuleGroupSpec {
     plural = "recordingrules",
     doc = "RecordingRule is a set of Loki recording rule groups of one tenant, loaded by the ruler of every LokiStack whose spec.rules selects it.",
     namespaced,
+    // `kubectl get logging` (or `loki`) lists every kind of the operator.
+    category = "logging",
+    category = "loki",
     status = "RuleStatus",
     printcolumn = r#"{"name":"Tenant","type":"string","jsonPath":".spec.tenantID"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -213,6 +219,9 @@ pub struct RecordingRuleGroupSpec {
     plural = "rulerconfigs",
     doc = "RulerConfig holds the ruler settings (evaluation, Alertmanager, remote write) of the LokiStack of the same name and namespace.",
     namespaced,
+    // `kubectl get logging` (or `loki`) lists every kind of the operator.
+    category = "logging",
+    category = "loki",
     status = "RuleStatus",
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
