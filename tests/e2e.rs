@@ -89,6 +89,10 @@ use webhook::{
     pods_read_the_zone_label_kubernetes_copies_at_binding,
 };
 
+#[path = "e2e/pod_security.rs"]
+mod pod_security;
+use pod_security::pods_start_under_the_restricted_pod_security_standard;
+
 #[path = "e2e/upgrade.rs"]
 mod upgrade;
 use upgrade::an_upgrade_restarts_only_what_the_new_release_renders_differently;
@@ -1816,6 +1820,7 @@ fn main() -> std::process::ExitCode {
         ingesters_removed_by_a_scale_down_leave_the_ring_first,
         zones_turn_on_write_path_first_and_off_read_path_first,
         an_upgrade_restarts_only_what_the_new_release_renders_differently,
+        pods_start_under_the_restricted_pod_security_standard,
         render_with_the_secret_is_what_the_operator_applies,
         idle_resyncs_write_nothing,
         a_new_leader_writes_nothing_when_nothing_changed,

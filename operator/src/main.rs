@@ -10,7 +10,7 @@ use loki_zone_operator::checks::kube_version::{
 };
 use loki_zone_operator::cli::{self, RenderRequest};
 use loki_zone_operator::model::duration;
-use loki_zone_operator::render::{self, Settings};
+use loki_zone_operator::render::{self, FsGroup, Settings};
 use loki_zone_operator::webhook::{ClientTarget, WebhookConfig, WebhookMode};
 
 /// `--version`: the release and the commit it was built from (operator/build.rs).
@@ -44,14 +44,23 @@ struct ImageArgs {
     /// How long the zone init container waits for the pod's zone annotation.
     #[arg(long, env = "ZONE_WAIT_TIMEOUT", default_value = render::DEFAULT_ZONE_WAIT_TIMEOUT, value_parser = parse_timeout)]
     zone_wait_timeout: String,
+    /// The `fsGroup` of Loki's pods: `auto` (10001, Loki's group, unless the server
+    /// serves OpenShift's SecurityContextConstraints, which assign each namespace's group
+    /// and refuse a fixed one: then none; `render` takes `auto` as 10001), `none`, or a
+    /// group ID.
+    #[arg(long, env = "FS_GROUP", default_value = "auto")]
+    fs_group: FsGroup,
 }
 
 impl ImageArgs {
+    /// The settings, with `--fs-group auto` resolved for a platform that does not
+    /// assign groups itself (`run` resolves it again from the server).
     fn settings(&self) -> Settings {
         Settings {
             loki_image: self.loki_image.clone(),
             zone_wait_image: self.zone_wait_image.clone(),
             zone_wait_timeout: self.zone_wait_timeout.clone(),
+            pod_fs_group: self.fs_group.resolve(false),
             ..Settings::default()
         }
     }
@@ -319,6 +328,7 @@ impl RunArgs {
             });
         loki_zone_operator::lead::RunConfig {
             settings,
+            fs_group: self.images.fs_group,
             resync: self.resync,
             health_addr: self.health_addr,
             metrics_addr: self.metrics_addr,

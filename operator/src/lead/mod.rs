@@ -30,7 +30,7 @@ use crate::caches::scope::Scope;
 use crate::caches::taps::Taps;
 use crate::checks::kube_version::{self, KubeVersion};
 use crate::model::names;
-use crate::render::Settings;
+use crate::render::{FsGroup, Settings};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::server;
 use crate::webhook::{self, WebhookConfig};
@@ -40,6 +40,8 @@ use self::term::{Parts, Term};
 
 pub struct RunConfig {
     pub settings: Settings,
+    /// How to choose the pods' `fsGroup`: resolved against the server at start.
+    pub fs_group: FsGroup,
     pub resync: Duration,
     pub health_addr: SocketAddr,
     pub metrics_addr: SocketAddr,
@@ -178,11 +180,31 @@ fn check_server_version(info: &Info) -> Result<(), RunError> {
     Ok(version.require_supported("this API server", &found)?)
 }
 
+/// Whether the server serves OpenShift's SecurityContextConstraints: its restricted-v2
+/// assigns each namespace's group to every pod and refuses a fixed one outside that
+/// namespace's range. A discovery that fails counts as no (the common case), said in
+/// the log: pods then ask for Loki's group, and the platform's refusal names it.
+async fn assigns_pod_groups(client: &Client) -> bool {
+    match client.list_api_groups().await {
+        Ok(list) => list
+            .groups
+            .iter()
+            .any(|g| g.name == names::OPENSHIFT_SECURITY_API_GROUP),
+        Err(e) => {
+            warn!(error = %e, "cannot list the server's API groups; assuming it does not assign pod groups itself (set --fs-group none on OpenShift)");
+            false
+        }
+    }
+}
+
 pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
     let version = connect(&client).await?;
     // What the server takes without a warning (the entry Services carry it), and whether
     // it copies the zone label at binding.
     cfg.settings = cfg.settings.for_server(version);
+    let assigns = cfg.fs_group == FsGroup::Auto && assigns_pod_groups(&client).await;
+    cfg.settings.pod_fs_group = cfg.fs_group.resolve(assigns);
+    info!(fs_group = ?cfg.settings.pod_fs_group, platform_assigns_groups = assigns, "the fsGroup of Loki's pods");
     let metrics = Arc::new(Metrics::default());
     let ready = server::Readiness::default();
     let shutdown = shutdown_signal();

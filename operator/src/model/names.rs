@@ -23,6 +23,10 @@ pub const GO_OPERATOR_FIELD_MANAGER: &str = "manager";
 /// The reporting controller of Events and the holder prefix of the leader Lease.
 pub const CONTROLLER_NAME: &str = "loki-zone-operator";
 
+/// The API group of OpenShift's SecurityContextConstraints: a server that serves it
+/// assigns pods their groups (`render::FsGroup::Auto`).
+pub const OPENSHIFT_SECURITY_API_GROUP: &str = "security.openshift.io";
+
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
 pub const LABEL_NAME_VALUE: &str = "lokistack";
 pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";

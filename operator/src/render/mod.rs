@@ -16,6 +16,8 @@ pub use input::RenderInput;
 #[cfg(test)]
 mod config_reference_tests;
 #[cfg(test)]
+mod pod_security_tests;
+#[cfg(test)]
 mod render_tests;
 
 use std::collections::BTreeMap;
@@ -113,6 +115,56 @@ pub struct Settings {
     /// The server copies `topology.kubernetes.io/zone` onto pods at binding
     /// ([`ZONE_LABELS_AT_BINDING_SINCE`]); false when its version is not known.
     pub zone_labels_at_binding: bool,
+    /// The `fsGroup` of Loki's pods, which makes their volumes writable by Loki's group;
+    /// `None` where the platform assigns each namespace's groups itself and refuses a
+    /// fixed one (OpenShift's restricted-v2: [`FsGroup`]).
+    pub pod_fs_group: Option<i64>,
+}
+
+/// The group Loki's image runs as (`loki:x:10001`), given to its volumes by default.
+pub const LOKI_FS_GROUP: i64 = 10001;
+
+/// How the operator chooses the pods' `fsGroup` (`--fs-group`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsGroup {
+    /// [`LOKI_FS_GROUP`], unless the server serves OpenShift's SecurityContextConstraints
+    /// (`security.openshift.io`), whose restricted-v2 assigns the namespace's own group
+    /// to every pod and refuses one outside its range: then none.
+    Auto,
+    /// None: the platform (or an admission policy) sets it.
+    None,
+    /// This group.
+    Fixed(i64),
+}
+
+impl std::str::FromStr for FsGroup {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(FsGroup::Auto),
+            "none" => Ok(FsGroup::None),
+            n => n
+                .parse::<i64>()
+                .ok()
+                .filter(|g| *g >= 0)
+                .map(FsGroup::Fixed)
+                .ok_or_else(|| {
+                    format!("invalid fsGroup {s:?}: auto, none or a group ID (e.g. 10001)")
+                }),
+        }
+    }
+}
+
+impl FsGroup {
+    /// The pods' `fsGroup` on a server that does (or does not) assign groups itself.
+    pub fn resolve(self, platform_assigns_groups: bool) -> Option<i64> {
+        match self {
+            FsGroup::Auto if platform_assigns_groups => None,
+            FsGroup::Auto => Some(LOKI_FS_GROUP),
+            FsGroup::None => None,
+            FsGroup::Fixed(g) => Some(g),
+        }
+    }
 }
 
 /// The `trafficDistribution` value of a zone-aware stack's entry Services. Both mean the
@@ -155,6 +207,7 @@ impl Default for Settings {
             operator_namespace: DEFAULT_OPERATOR_NAMESPACE.into(),
             traffic_distribution: TrafficDistribution::default(),
             zone_labels_at_binding: false,
+            pod_fs_group: Some(LOKI_FS_GROUP),
         }
     }
 }
@@ -737,6 +790,7 @@ fn workload(
         "pod_anti_affinity": anti_affinity,
         "config_map": names::config_map_name(name),
         "update_strategy": update_strategy(eff),
+        "fs_group": settings.pod_fs_group,
     });
     merge(&mut ctx, container(stack, c, settings, config_file));
     // The ingesters bridge the zone-aware gossip between zones: every zone of the ring

@@ -23,7 +23,7 @@ fn render_stack(s: &LokiStack) -> Vec<Child> {
     .expect("render")
 }
 
-fn pod_templates(children: &[Child]) -> Vec<(String, PodTemplateSpec)> {
+pub(super) fn pod_templates(children: &[Child]) -> Vec<(String, PodTemplateSpec)> {
     children
         .iter()
         .filter_map(|c| match c {
@@ -36,7 +36,7 @@ fn pod_templates(children: &[Child]) -> Vec<(String, PodTemplateSpec)> {
         .collect()
 }
 
-fn all_variants() -> Vec<(String, LokiStack)> {
+pub(super) fn all_variants() -> Vec<(String, LokiStack)> {
     let mut out = Vec::new();
     for size in LokiStackSize::ALL {
         let zone_settings: [&[&str]; 3] = [&[], &[ZONE], &[ZONE, RACK]];
