@@ -305,6 +305,20 @@ async fn demo_stack_without_zones_becomes_ready(env: &mut Env) -> Result<()> {
             "{name} has spread constraints without zones"
         );
     }
+    // `kubectl get pods` counts ready containers from the container statuses the
+    // kubelet (here the node simulator) reports: every pod shows all of its ready.
+    let table = disruptions::kubectl(env, &["get", "pods", "-n", ns, "--no-headers"])?;
+    let columns: Vec<(&str, &str)> = table
+        .lines()
+        .filter_map(|l| {
+            let mut c = l.split_whitespace();
+            Some((c.next()?, c.next()?))
+        })
+        .collect();
+    ensure!(
+        columns.len() >= 6 && columns.iter().all(|(_, ready)| *ready == "1/1"),
+        "kubectl get pods READY column: {columns:?}"
+    );
     Ok(())
 }
 

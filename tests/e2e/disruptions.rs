@@ -138,7 +138,7 @@ async fn start_operator(env: &mut Env) -> Result<()> {
 }
 
 /// Runs kubectl against the test cluster; its output on failure.
-fn kubectl(env: &Env, args: &[&str]) -> Result<String> {
+pub(super) fn kubectl(env: &Env, args: &[&str]) -> Result<String> {
     let bin = kubectl_bin()?;
     let out = Command::new(&bin)
         .arg(format!(

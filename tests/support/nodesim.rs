@@ -31,7 +31,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -39,7 +39,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use loki_zone_operator::model::names;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -611,12 +611,15 @@ async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod, ips: PodIps) {
         .and_then(|s| s.start_time.as_ref())
         .map_or(now.clone(), |t| t.0.to_string());
     let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+    let (init, containers) = container_statuses(pod, &started, &now);
     let status = json!({"status": {
         "phase": "Running",
         "hostIP": "127.0.0.1",
         "podIP": ips.for_pod(pod),
         "startTime": started,
         "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
+        "initContainerStatuses": init,
+        "containerStatuses": containers,
     }});
     // Strategic, as a kubelet's status sync merges: conditions by type, so those others
     // own (the operator's zone-available) are kept.
@@ -630,6 +633,40 @@ async fn sync_pod(client: &Client, dark: &Dark, pod: &Pod, ips: PodIps) {
     {
         eprintln!("[nodesim] pod {ns}/{} on {node}: {e}", pod.name_any());
     }
+}
+
+/// The container statuses a kubelet reports for a started pod: every init container
+/// exited 0, every container running and ready (what `kubectl get pods` counts in its
+/// READY column).
+fn container_statuses(pod: &Pod, started: &str, now: &str) -> (Vec<Value>, Vec<Value>) {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let status = |c: &Container, state: Value, ready: bool| {
+        json!({
+            "name": c.name,
+            "image": c.image,
+            "imageID": "",
+            "containerID": format!("nodesim://{uid}-{}", c.name),
+            "ready": ready,
+            "started": ready,
+            "restartCount": 0,
+            "state": state,
+        })
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    let done = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": now}});
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| status(c, done.clone(), false))
+        .collect();
+    let running = json!({"running": {"startedAt": now}});
+    let containers = spec
+        .containers
+        .iter()
+        .map(|c| status(c, running.clone(), true))
+        .collect();
+    (init, containers)
 }
 
 async fn provisioner(client: Client) {
