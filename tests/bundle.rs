@@ -1052,6 +1052,49 @@ fn is_image_reference(image: &str) -> bool {
     reference && repo_ok && !image.contains(char::is_whitespace)
 }
 
+/// The samples apply as they are: every LokiStack sample names a storage Secret that a
+/// Secret sample defines, of the stack's storage type, and every Secret sample belongs
+/// to a storage type (`secret-<type>.yaml`).
+#[test]
+fn every_sample_stack_names_a_secret_a_sample_defines() {
+    let dir = repo_root().join("manifests/samples");
+    let mut secrets = BTreeMap::new();
+    let mut stacks = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("samples") {
+        let path = entry.expect("entry").path();
+        let file = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let doc: Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("read")).expect("yaml");
+        match doc["kind"].as_str() {
+            Some("Secret") => {
+                let type_ = file
+                    .strip_prefix("secret-")
+                    .and_then(|f| f.strip_suffix(".yaml"))
+                    .unwrap_or_else(|| panic!("{file}: a Secret sample is secret-<type>.yaml"));
+                let name = doc["metadata"]["name"].as_str().expect("name").to_string();
+                secrets.insert(name, type_.to_string());
+            }
+            Some("LokiStack") => stacks.push((file, doc)),
+            _ => {}
+        }
+    }
+    assert!(stacks.len() >= 2, "{stacks:?}");
+    for (file, stack) in stacks {
+        let secret = &stack["spec"]["storage"]["secret"];
+        let name = secret["name"].as_str().expect("secret name");
+        assert_eq!(
+            secrets.get(name).map(String::as_str),
+            secret["type"].as_str(),
+            "{file} names the {} Secret {name}; the Secret samples: {secrets:?}",
+            secret["type"]
+        );
+    }
+}
+
 #[test]
 fn related_images_are_every_image_the_operator_runs() {
     let csv = csv();

@@ -289,7 +289,7 @@ fn render_with_the_secret_resolves_the_s3_endpoint_as_the_operator_does() {
     assert!(rendered_config(&text(&out.stdout)).contains("endpoint: \"${LOKI_STORAGE_ENDPOINT}\""));
     assert!(
         stderr.contains("warning: without --secret, the S3 endpoint")
-            && stderr.contains("kubectl get secret lokistack-zones-s3 -o yaml"),
+            && stderr.contains("kubectl get secret lokistack-s3 -o yaml"),
         "{stderr}"
     );
 }
@@ -309,7 +309,7 @@ fn render_takes_the_stack_and_secret_as_kubectl_get_prints_them() {
     let secret = dir.path().join("secret.yaml");
     std::fs::write(
         &secret,
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: lokistack-zones-s3\n  namespace: logs\n  resourceVersion: \"7\"\ntype: Opaque\ndata:\n  bucketnames: bG9raS1jaHVua3M=\n  endpoint: aHR0cDovL21pbmlvLnN0b3JhZ2Uuc3ZjOjkwMDA=\n  access_key_id: aWQ=\n  access_key_secret: c2VjcmV0\n",
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: lokistack-s3\n  namespace: logs\n  resourceVersion: \"7\"\ntype: Opaque\ndata:\n  bucketnames: bG9raS1jaHVua3M=\n  endpoint: aHR0cDovL21pbmlvLnN0b3JhZ2Uuc3ZjOjkwMDA=\n  access_key_id: aWQ=\n  access_key_secret: c2VjcmV0\n",
     )
     .expect("write");
     let out = run(&[
@@ -343,8 +343,8 @@ fn render_rejects_a_bad_secret_naming_what_to_fix() {
     let sample = std::fs::read_to_string(samples().join("secret-s3.yaml")).expect("sample");
     let cases = [
         (
-            sample.replace("name: lokistack-zones-s3", "name: other"),
-            "metadata.name is \"other\", but the stack's spec.storage.secret.name is \"lokistack-zones-s3\"",
+            sample.replace("name: lokistack-s3", "name: other"),
+            "metadata.name is \"other\", but the stack's spec.storage.secret.name is \"lokistack-s3\"",
         ),
         (
             sample.replace("  access_key_secret: REPLACE_ME\n", ""),
@@ -362,7 +362,7 @@ fn render_rejects_a_bad_secret_naming_what_to_fix() {
             "expected a Secret",
         ),
         (
-            sample.replace("name: lokistack-zones-s3", "name: lokistack-zones-s3\n  namespace: elsewhere"),
+            sample.replace("name: lokistack-s3", "name: lokistack-s3\n  namespace: elsewhere"),
             "metadata.namespace is \"elsewhere\", but the stack renders into \"default\"",
         ),
     ];
