@@ -61,6 +61,8 @@ pub struct RunConfig {
 pub enum RunError {
     #[error("cannot read the API server version: {0}")]
     Version(#[source] kube::Error),
+    #[error("cannot list the API server's API groups (to tell whether it assigns pod groups itself; --fs-group 10001 or none skips this): {0}")]
+    Discovery(#[source] kube::Error),
     #[error(transparent)]
     Unsupported(#[from] kube_version::Unsupported),
     #[error(transparent)]
@@ -182,19 +184,19 @@ fn check_server_version(info: &Info) -> Result<(), RunError> {
 
 /// Whether the server serves OpenShift's SecurityContextConstraints: its restricted-v2
 /// assigns each namespace's group to every pod and refuses a fixed one outside that
-/// namespace's range. A discovery that fails counts as no (the common case), said in
-/// the log: pods then ask for Loki's group, and the platform's refusal names it.
-async fn assigns_pod_groups(client: &Client) -> bool {
-    match client.list_api_groups().await {
-        Ok(list) => list
-            .groups
-            .iter()
-            .any(|g| g.name == names::OPENSHIFT_SECURITY_API_GROUP),
-        Err(e) => {
-            warn!(error = %e, "cannot list the server's API groups; assuming it does not assign pod groups itself (set --fs-group none on OpenShift)");
-            false
-        }
-    }
+/// namespace's range. A discovery that fails stops the start, as a version that cannot
+/// be read does: guessing would change every pod template on a wrong guess, and a pod
+/// the platform then refuses is a zone down, while a restart of the operator harms
+/// nobody.
+async fn assigns_pod_groups(client: &Client) -> Result<bool, RunError> {
+    let list = client
+        .list_api_groups()
+        .await
+        .map_err(RunError::Discovery)?;
+    Ok(list
+        .groups
+        .iter()
+        .any(|g| g.name == names::OPENSHIFT_SECURITY_API_GROUP))
 }
 
 pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
@@ -202,7 +204,7 @@ pub async fn run(client: Client, mut cfg: RunConfig) -> Result<(), RunError> {
     // What the server takes without a warning (the entry Services carry it), and whether
     // it copies the zone label at binding.
     cfg.settings = cfg.settings.for_server(version);
-    let assigns = cfg.fs_group == FsGroup::Auto && assigns_pod_groups(&client).await;
+    let assigns = cfg.fs_group == FsGroup::Auto && assigns_pod_groups(&client).await?;
     cfg.settings.pod_fs_group = cfg.fs_group.resolve(assigns);
     info!(fs_group = ?cfg.settings.pod_fs_group, platform_assigns_groups = assigns, "the fsGroup of Loki's pods");
     let metrics = Arc::new(Metrics::default());
