@@ -40,17 +40,6 @@ impl ErrorBackoff {
         delay(*n)
     }
 
-    /// The retry the stack's last failure got ([`FIRST_RETRY`] if it has none).
-    pub fn current(&self, namespace: &str, name: &str) -> Duration {
-        let failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        delay(
-            failures
-                .get(&(namespace.to_string(), name.to_string()))
-                .copied()
-                .unwrap_or(1),
-        )
-    }
-
     /// A reconcile of the stack went through (or it is no longer ours to run).
     pub fn succeeded(&self, namespace: &str, name: &str) {
         self.failures
@@ -89,9 +78,7 @@ mod tests {
         assert_eq!(b.failed("a", "t"), Duration::from_secs(5));
         assert_eq!(b.failed("b", "s"), Duration::from_secs(5));
         assert_eq!(b.failed("a", "s"), Duration::from_secs(20));
-        assert_eq!(b.current("a", "s"), Duration::from_secs(20));
         b.succeeded("a", "s");
-        assert_eq!(b.current("a", "s"), FIRST_RETRY);
         assert_eq!(b.failed("a", "s"), Duration::from_secs(5));
         // A deleted stack is forgotten.
         b.retain(&HashSet::from([("a".to_string(), "s".to_string())]));

@@ -158,14 +158,11 @@ pub async fn reconcile(
     })
 }
 
-/// A failed reconcile: counted in the stack's backoff, logged, and told in an Event
-/// unless the status shows it. Its metric label.
+/// A failed reconcile: logged, and told in an Event unless the status shows it. Its
+/// metric label. ([`error_policy`] counts it in the stack's backoff.)
 async fn failed(stack: &LokiStack, ctx: &Context, e: &ReconcileError) -> &'static str {
     let (reason, label) = e.reason();
-    let retry = ctx
-        .backoff
-        .failed(&stack.namespace().unwrap_or_default(), &stack.name_any());
-    warn!(stack = %stack.name_any(), namespace = ?stack.namespace(), error = %e, "reconcile failed; retrying in {retry:?}");
+    warn!(stack = %stack.name_any(), namespace = ?stack.namespace(), error = %e, "reconcile failed");
     if !e.shown_in_status() {
         let object = stack.object_ref(&());
         ctx.notify
@@ -318,17 +315,19 @@ fn record(ctx: &Context, snapshot: &Snapshot, stack: &LokiStack, status: &LokiSt
         .set_stack(&snapshot.namespace, &snapshot.name, Some(view));
 }
 
+/// Every failed reconcile passes here, whichever step failed (the pipeline, or the
+/// status write of a stack that does not decode): the one place its failures are
+/// counted. `reconcile` has logged and reported the error already.
 pub fn error_policy(
     stack: Arc<DynamicObject>,
     _error: &ReconcileError,
     ctx: Arc<Context>,
 ) -> Action {
-    // `reconcile` has logged, counted and reported the error already, and counted the
-    // failure in the stack's backoff.
-    Action::requeue(
-        ctx.backoff
-            .current(&stack.namespace().unwrap_or_default(), &stack.name_any()),
-    )
+    let retry = ctx
+        .backoff
+        .failed(&stack.namespace().unwrap_or_default(), &stack.name_any());
+    tracing::info!(stack = %stack.name_any(), namespace = ?stack.namespace(), "retrying the failed reconcile in {retry:?}");
+    Action::requeue(retry)
 }
 
 #[cfg(test)]
